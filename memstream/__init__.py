@@ -1,0 +1,85 @@
+"""memstream: long-term memory for a persona, after the Memory Stream of Generative Agents (Park et al. 2023).
+
+Observe what happens, retrieve by recency + importance + relevance, reflect into insights with evidence.
+"""
+
+from memstream.agent import Agent, format_time
+from memstream.clock import Clock, SystemClock
+from memstream.config import DiscordConfig, ModelConfig, PersonaConfig, StreamConfig, load_persona
+from memstream.embed import Embedder, OpenAIEmbedder, SentenceTransformerEmbedder
+from memstream.errors import (
+    CompletionError,
+    ConfigError,
+    EmbeddingError,
+    MemoryNotFound,
+    MemstreamError,
+    MigrationError,
+    MissingVariables,
+    PromptError,
+    ProviderError,
+    StoreError,
+)
+from memstream.llm import ChatModel, Completion, OpenAIChat
+from memstream.models import Models, RoleModel
+from memstream.prompts import Prompt, load_prompt
+from memstream.rate import Rater, Rating, parse_rating
+from memstream.records import EvidenceNode, Memory, ScoredMemory, Source
+from memstream.reflect import Insight, Reflection, Reflector, parse_citations, parse_insights, parse_questions
+from memstream.retrieve import Retriever, rank, rank_reference
+from memstream.store import Store
+from memstream.stream import DEFAULT_STREAM, MemoryStream, Observation, Reply
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_STREAM",
+    "Agent",
+    "ChatModel",
+    "Clock",
+    "Completion",
+    "CompletionError",
+    "ConfigError",
+    "DiscordConfig",
+    "Embedder",
+    "EmbeddingError",
+    "EvidenceNode",
+    "Insight",
+    "Memory",
+    "MemoryNotFound",
+    "MemoryStream",
+    "MemstreamError",
+    "MigrationError",
+    "MissingVariables",
+    "ModelConfig",
+    "Models",
+    "Observation",
+    "OpenAIChat",
+    "OpenAIEmbedder",
+    "PersonaConfig",
+    "Prompt",
+    "PromptError",
+    "ProviderError",
+    "Rater",
+    "Rating",
+    "Reflection",
+    "Reflector",
+    "Reply",
+    "Retriever",
+    "RoleModel",
+    "ScoredMemory",
+    "SentenceTransformerEmbedder",
+    "Source",
+    "Store",
+    "StoreError",
+    "StreamConfig",
+    "SystemClock",
+    "format_time",
+    "load_persona",
+    "load_prompt",
+    "parse_citations",
+    "parse_insights",
+    "parse_questions",
+    "parse_rating",
+    "rank",
+    "rank_reference",
+]

@@ -1,0 +1,324 @@
+"""Configuration: StreamConfig (retrieval and reflection knobs) and PersonaConfig (a personas/*.toml file).
+
+Persona files are validated once, into frozen dataclasses; unknown keys and bad values are errors that
+name the file, the key and what is allowed. Secrets never live in the file: only the *name* of the
+environment variable that holds the API key does.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, TypeVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from memstream.errors import ConfigError
+
+__all__ = [
+    "DiscordConfig",
+    "ModelConfig",
+    "PersonaConfig",
+    "StreamConfig",
+    "load_persona",
+]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """The knobs of the memory stream; the defaults are the spec's."""
+
+    weight_recency: float = 1.0
+    weight_importance: float = 1.0
+    weight_relevance: float = 1.0
+    decay: float = 0.995
+    k: int = 5
+    reflection_threshold: int = 150
+    recent_for_questions: int = 100
+    min_citations: int = 1
+    max_concurrency: int = 8
+    embed_batch_size: int = 32
+
+    def __post_init__(self) -> None:
+        for name in ("weight_recency", "weight_importance", "weight_relevance"):
+            value = getattr(self, name)
+            if not _is_number(value) or value < 0:
+                raise ConfigError(f"{name} must be a number >= 0, got {value!r}")
+        if not _is_number(self.decay) or not 0 < self.decay <= 1:
+            raise ConfigError(f"decay must be a number in (0, 1], got {self.decay!r}")
+        for name, low in (("k", 1), ("reflection_threshold", 1), ("recent_for_questions", 1),
+                          ("min_citations", 1), ("max_concurrency", 1), ("embed_batch_size", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ConfigError(f"{name} must be a whole number >= {low}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Which OpenAI-compatible server and which model for each role."""
+
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    rater: str = "gpt-4o-mini"
+    reflector: str = "gpt-4o-mini"
+    agent: str = "gpt-4o-mini"
+    embedding: str = "text-embedding-3-small"
+    embedding_dimensions: int | None = None
+    timeout: float = 60.0
+    max_retries: int = 2
+
+    def resolved_base_url(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """The base URL from the file, else OPENAI_BASE_URL, else None (OpenAI itself)."""
+        env = os.environ if environ is None else environ
+        return self.base_url or env.get("OPENAI_BASE_URL") or None
+
+    def api_key(self, environ: Mapping[str, str] | None = None) -> str:
+        """The API key from the environment; local servers (a base_url) need none."""
+        env = os.environ if environ is None else environ
+        key = env.get(self.api_key_env, "").strip()
+        if key:
+            return key
+        if self.resolved_base_url(env):
+            return "not-needed"
+        raise ConfigError(
+            f"{self.api_key_env} is not set: export it, or set models.base_url (or OPENAI_BASE_URL) "
+            "to a local OpenAI-compatible server such as Ollama"
+        )
+
+
+@dataclass(frozen=True)
+class DiscordConfig:
+    """Where the persona listens on Discord and how it behaves there."""
+
+    guilds: tuple[int, ...] = ()
+    channels: tuple[int, ...] = ()
+    observe_bots: bool = False
+    answer_bots: bool = False
+    dms: bool = True
+    history: int = 6
+    reflect_check_minutes: float = 10.0
+
+
+@dataclass(frozen=True)
+class PersonaConfig:
+    """A persona: who it is, where its memory lives, which models it uses."""
+
+    name: str
+    summary: str
+    path: Path | None = None
+    timezone: str = "UTC"
+    database: Path = Path("memstream.db")
+    models: ModelConfig = field(default_factory=ModelConfig)
+    memory: StreamConfig = field(default_factory=StreamConfig)
+    discord: DiscordConfig = field(default_factory=DiscordConfig)
+
+    @property
+    def tz(self) -> ZoneInfo:
+        """The persona's time zone."""
+        return ZoneInfo(self.timezone)
+
+    def with_database(self, database: Path) -> PersonaConfig:
+        """The same persona with another database file."""
+        return replace(self, database=database)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing persona files
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+class _Section:
+    """One [table] of a persona file being read: every key must be used exactly once."""
+
+    def __init__(self, where: str, name: str, data: object) -> None:
+        self.where, self.name = where, name
+        if not isinstance(data, dict):
+            raise ConfigError(f"{where}: [{name}] must be a table, got {type(data).__name__}")
+        self.data: dict[str, Any] = dict(data)
+
+    def error(self, key: str, message: str) -> ConfigError:
+        return ConfigError(f"{self.where}: [{self.name}] {key}: {message}")
+
+    def take(self, key: str, kind: Callable[[Any], T] | None, default: T, allowed: str) -> T:
+        if key not in self.data:
+            return default
+        value = self.data.pop(key)
+        try:
+            return kind(value) if kind else value
+        except (TypeError, ValueError, ConfigError) as exc:
+            raise self.error(key, f"{allowed}, got {value!r}") from exc
+
+    def done(self, known: list[str]) -> None:
+        if self.data:
+            unknown = ", ".join(sorted(self.data))
+            raise ConfigError(
+                f"{self.where}: [{self.name}] unknown key(s) {unknown}; known keys: {', '.join(known)}"
+            )
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError
+    return value.strip()
+
+
+def _opt_text(value: object) -> str | None:
+    if value is None or value == "":
+        return None
+    return _text(value)
+
+
+def _number(value: object) -> float:
+    if not _is_number(value):
+        raise TypeError
+    return float(value)  # type: ignore[arg-type]
+
+
+def _whole(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError
+    return value
+
+
+def _flag(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError
+    return value
+
+
+def _ids(value: object) -> tuple[int, ...]:
+    if not isinstance(value, list):
+        raise TypeError
+    out = []
+    for item in value:
+        text = str(item) if isinstance(item, int) and not isinstance(item, bool) else item
+        if not isinstance(text, str) or not text.isdigit():
+            raise ValueError
+        out.append(int(text))
+    return tuple(out)
+
+
+def _zone(value: object) -> str:
+    name = _text(value)
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError from exc
+    return name
+
+
+def _read_table(where: str, raw: dict[str, Any], name: str) -> _Section:
+    return _Section(where, name, raw.pop(name, {}))
+
+
+def _memory(where: str, section: _Section) -> StreamConfig:
+    defaults = StreamConfig()
+    values: dict[str, Any] = {}
+    keys = [f.name for f in fields(StreamConfig)]
+    for key in keys:
+        default = getattr(defaults, key)
+        if isinstance(default, float):
+            values[key] = section.take(key, _number, default, "must be a number")
+        else:
+            values[key] = section.take(key, _whole, default, "must be a whole number")
+    section.done(keys)
+    try:
+        return StreamConfig(**values)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: [memory] {exc}") from exc
+
+
+def _models(section: _Section) -> ModelConfig:
+    d = ModelConfig()
+    keys = [f.name for f in fields(ModelConfig)]
+    cfg = ModelConfig(
+        base_url=section.take("base_url", _opt_text, d.base_url, "must be a URL such as http://localhost:11434/v1"),
+        api_key_env=section.take("api_key_env", _text, d.api_key_env, "must name an environment variable"),
+        rater=section.take("rater", _text, d.rater, "must be a model name"),
+        reflector=section.take("reflector", _text, d.reflector, "must be a model name"),
+        agent=section.take("agent", _text, d.agent, "must be a model name"),
+        embedding=section.take("embedding", _text, d.embedding, "must be a model name"),
+        embedding_dimensions=section.take("embedding_dimensions", _whole, d.embedding_dimensions,
+                                          "must be a whole number"),
+        timeout=section.take("timeout", _number, d.timeout, "must be a number of seconds"),
+        max_retries=section.take("max_retries", _whole, d.max_retries, "must be a whole number"),
+    )
+    section.done(keys)
+    if cfg.base_url and not cfg.base_url.startswith(("http://", "https://")):
+        raise section.error("base_url", f"must start with http:// or https://, got {cfg.base_url!r}")
+    if cfg.timeout <= 0:
+        raise section.error("timeout", f"must be > 0, got {cfg.timeout!r}")
+    if cfg.max_retries < 0:
+        raise section.error("max_retries", f"must be >= 0, got {cfg.max_retries!r}")
+    if cfg.embedding_dimensions is not None and cfg.embedding_dimensions < 1:
+        raise section.error("embedding_dimensions", "must be >= 1")
+    return cfg
+
+
+def _discord(section: _Section) -> DiscordConfig:
+    d = DiscordConfig()
+    keys = [f.name for f in fields(DiscordConfig)]
+    ids = "must be a list of Discord ids (numbers or digit strings)"
+    cfg = DiscordConfig(
+        guilds=section.take("guilds", _ids, d.guilds, ids),
+        channels=section.take("channels", _ids, d.channels, ids),
+        observe_bots=section.take("observe_bots", _flag, d.observe_bots, "must be true or false"),
+        answer_bots=section.take("answer_bots", _flag, d.answer_bots, "must be true or false"),
+        dms=section.take("dms", _flag, d.dms, "must be true or false"),
+        history=section.take("history", _whole, d.history, "must be a whole number"),
+        reflect_check_minutes=section.take("reflect_check_minutes", _number, d.reflect_check_minutes,
+                                           "must be a number of minutes"),
+    )
+    section.done(keys)
+    if not 0 <= cfg.history <= 50:
+        raise section.error("history", f"must be between 0 and 50, got {cfg.history}")
+    if cfg.reflect_check_minutes <= 0:
+        raise section.error("reflect_check_minutes", "must be > 0")
+    return cfg
+
+
+def load_persona(path: str | Path, environ: Mapping[str, str] | None = None) -> PersonaConfig:
+    """Read and validate a persona file.
+
+    A relative database path is taken inside MEMSTREAM_DATA_DIR (default: ./data).
+    """
+    env = os.environ if environ is None else environ
+    file = Path(path)
+    where = str(file)
+    try:
+        raw = tomllib.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{where}: no such persona file") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{where}: cannot read: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{where}: not valid TOML: {exc}") from exc
+    persona = _read_table(where, raw, "persona")
+    name = persona.take("name", _text, "", "must be a non-empty string")
+    summary = persona.take("summary", _text, "", "must be a non-empty string")
+    timezone = persona.take("timezone", _zone, "UTC", "must be an IANA time zone such as Europe/Berlin")
+    database = persona.take("database", _text, "", "must be a file path")
+    persona.done(["name", "summary", "timezone", "database"])
+    if not name:
+        raise persona.error("name", "is required")
+    if not summary:
+        raise persona.error("summary", "is required")
+    db = Path(database) if database else Path(f"{file.stem}.db")
+    if not db.is_absolute():
+        db = Path(env.get("MEMSTREAM_DATA_DIR") or "data") / db
+    models = _models(_read_table(where, raw, "models"))
+    memory = _memory(where, _read_table(where, raw, "memory"))
+    discord = _discord(_read_table(where, raw, "discord"))
+    if raw:
+        raise ConfigError(
+            f"{where}: unknown table(s) {', '.join(sorted(raw))}; known: persona, models, memory, discord"
+        )
+    return PersonaConfig(name=name, summary=summary, path=file, timezone=timezone, database=db,
+                         models=models, memory=memory, discord=discord)

@@ -1,0 +1,98 @@
+"""Embedders: the Embedder protocol, OpenAIEmbedder (batched) and an optional local model."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+import openai
+
+from memstream.errors import ConfigError, EmbeddingError
+from memstream.llm import describe, map_provider_errors
+
+__all__ = ["Embedder", "OpenAIEmbedder", "SentenceTransformerEmbedder", "TokenMeter", "normalize_rows"]
+
+Matrix = npt.NDArray[np.float32]
+
+
+class Embedder(Protocol):
+    """Anything that turns texts into vectors, one row per text, in order."""
+
+    async def embed_batch(self, texts: Sequence[str]) -> Matrix: ...
+
+
+@runtime_checkable
+class TokenMeter(Protocol):
+    """An embedder that can tell how many tokens it used since the last time it was asked."""
+
+    def take_tokens(self) -> int: ...
+
+
+def normalize_rows(matrix: npt.ArrayLike) -> Matrix:
+    """Rows scaled to unit length (zero rows stay zero), as float32."""
+    m = np.asarray(matrix, dtype=np.float32)
+    if m.ndim == 1:
+        m = m.reshape(1, -1)
+    norms = np.linalg.norm(m, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    out: Matrix = (m / norms).astype(np.float32, copy=False)
+    return out
+
+
+class OpenAIEmbedder:
+    """Embeddings through openai.AsyncOpenAI: one request per batch of up to `batch_size` texts."""
+
+    def __init__(self, client: openai.AsyncOpenAI, *, model: str, dimensions: int | None = None,
+                 batch_size: int = 256) -> None:
+        self.client, self.model, self.dimensions, self.batch_size = client, model, dimensions, batch_size
+        self._tokens = 0
+
+    async def embed_batch(self, texts: Sequence[str]) -> Matrix:
+        """Vectors for `texts`, in order."""
+        rows: list[list[float]] = []
+        for start in range(0, len(texts), self.batch_size):
+            rows.extend(await self._request(list(texts[start:start + self.batch_size])))
+        if len(rows) != len(texts):
+            raise EmbeddingError(f"asked for {len(texts)} embeddings, got {len(rows)}")
+        return np.asarray(rows, dtype=np.float32).reshape(len(texts), -1)
+
+    async def _request(self, texts: list[str]) -> list[list[float]]:
+        where = describe(self.client, self.model)
+        # Empty strings are rejected by OpenAI; a single space embeds as "nothing".
+        inputs = [text if text.strip() else " " for text in texts]
+        extra: dict[str, Any] = {} if self.dimensions is None else {"dimensions": self.dimensions}
+        with map_provider_errors(EmbeddingError, where):
+            response = await self.client.embeddings.create(model=self.model, input=inputs, **extra)
+            data = sorted(response.data, key=lambda item: item.index)
+            if response.usage:
+                self._tokens += response.usage.total_tokens
+            return [list(item.embedding) for item in data]
+
+    def take_tokens(self) -> int:
+        """Tokens used since the last call."""
+        tokens, self._tokens = self._tokens, 0
+        return tokens
+
+
+class SentenceTransformerEmbedder:
+    """A local sentence-transformers model (the `local` extra), run off the event loop."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    @classmethod
+    def load(cls, name_or_path: str) -> SentenceTransformerEmbedder:
+        """Load a model by name or path; needs `pip install memstream[local]`."""
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise ConfigError("a local embedding model needs: pip install 'memstream[local]'") from exc
+        return cls(SentenceTransformer(name_or_path, device="cpu"))
+
+    async def embed_batch(self, texts: Sequence[str]) -> Matrix:
+        """Vectors for `texts`, computed in a worker thread."""
+        result = await asyncio.to_thread(self.model.encode, list(texts), convert_to_numpy=True)
+        return np.asarray(result, dtype=np.float32)

@@ -1,0 +1,77 @@
+"""The spec's four prompts, loaded by name from prompts/*.md and rendered strictly."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+from memstream.errors import MissingVariables, PromptError
+
+__all__ = ["PROMPT_NAMES", "Prompt", "load_prompt", "one_line", "tag_safe"]
+
+PROMPT_NAMES = ("importance", "reflection_questions", "reflection_insights", "agent")
+_VARIABLE = re.compile(r"\{\{(\w+)\}\}")
+# A tag the prompts wrap untrusted text in, opening or closing, with any spacing or attributes.
+_TAG = re.compile(r"<\s*(/?)\s*(memory|memories|statements)\b[^>]*>", re.IGNORECASE)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A prompt template with {{variables}}."""
+
+    name: str
+    template: str
+
+    @property
+    def variables(self) -> frozenset[str]:
+        """The names this prompt needs."""
+        return frozenset(_VARIABLE.findall(self.template))
+
+    def render(self, **values: str) -> str:
+        """Fill every {{variable}} in one pass; values are never re-scanned for variables."""
+        missing = sorted(self.variables - values.keys())
+        if missing:
+            raise MissingVariables(self.name, missing)
+        unknown = sorted(values.keys() - self.variables)
+        if unknown:
+            raise PromptError(f"prompt {self.name!r} has no variable {', '.join(unknown)}")
+        return _VARIABLE.sub(lambda match: values[match.group(1)], self.template)
+
+
+def _prompt_dirs() -> list[Path]:
+    source_tree = Path(__file__).resolve().parent.parent / "prompts"
+    dirs = [source_tree] if source_tree.is_dir() else []
+    with contextlib.suppress(ModuleNotFoundError, TypeError):
+        dirs.append(Path(str(resources.files("memstream.prompts"))))
+    return dirs
+
+
+@cache
+def load_prompt(name: str) -> Prompt:
+    """Load prompts/NAME.md (from the source tree, or the copy shipped in the wheel)."""
+    if name not in PROMPT_NAMES:
+        raise PromptError(f"unknown prompt {name!r}; known: {', '.join(PROMPT_NAMES)}")
+    for directory in _prompt_dirs():
+        path = directory / f"{name}.md"
+        if path.is_file():
+            return Prompt(name, path.read_text(encoding="utf-8"))
+    raise PromptError(f"prompt file {name}.md not found (is the package installed with its data?)")
+
+
+def tag_safe(text: str) -> str:
+    """Text that cannot open or close the tags our prompts wrap untrusted text in."""
+    return _TAG.sub(lambda m: f"&lt;{m.group(1)}{m.group(2)}&gt;", text)
+
+
+def one_line(text: str) -> str:
+    """Untrusted text as a single line: control characters dropped, runs of white space folded.
+
+    A memory rendered in a list must not start a line of its own, or it could pose as another
+    numbered statement.
+    """
+    return " ".join(_CONTROL.sub(" ", text).split())
