@@ -1,0 +1,1 @@
+"""The Discord layer of memstream: a thin discord.py bot over the memstream core."""

@@ -1,0 +1,7 @@
+"""`python -m memstream`."""
+
+import sys
+
+from memstream.cli import main
+
+sys.exit(main())

@@ -1,0 +1,386 @@
+"""`memstream`: talk to a persona, feed its memory, and look inside it from the terminal."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import importlib
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from memstream.clock import Clock, SystemClock
+from memstream.config import PersonaConfig, load_persona
+from memstream.errors import ConfigError, MemstreamError
+from memstream.llm import Completion
+from memstream.records import EvidenceNode, Memory, ScoredMemory, Source
+from memstream.stream import DEFAULT_STREAM, MemoryStream, Observation
+
+__all__ = ["build_parser", "main", "parse_time"]
+
+log = logging.getLogger("memstream.cli")
+DEFAULT_PERSONA = "personas/isabella.toml"
+
+
+class FixedClock:
+    """The clock of `--at`: always that moment."""
+
+    def __init__(self, moment: datetime) -> None:
+        self.moment = moment
+
+    def now(self) -> datetime:
+        """The fixed moment."""
+        return self.moment
+
+
+class _NoModels:
+    """Stands in for the models in commands that never call one."""
+
+    async def complete(self, prompt: str, *, model: str) -> Completion:
+        raise ConfigError("this command does not use a model")
+
+    async def embed_batch(self, texts: Sequence[str]) -> Any:
+        raise ConfigError("this command does not use a model")
+
+
+def parse_time(text: str) -> datetime:
+    """An ISO-8601 time; without an offset it is taken as UTC."""
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ConfigError(f"not an ISO-8601 time: {text!r} (e.g. 2024-02-13T17:00:00Z)") from exc
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+# -- rendering -------------------------------------------------------------------------------------
+
+
+def _short(text: str, width: int = 90) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def memory_json(memory: Memory) -> dict[str, Any]:
+    """A memory as JSON-ready data."""
+    src = memory.source
+    return {"id": memory.id, "stream": memory.stream, "kind": memory.kind, "text": memory.text,
+            "created_at": memory.created_at.isoformat(), "last_accessed_at": memory.last_accessed_at.isoformat(),
+            "importance": memory.importance, "importance_source": memory.importance_source,
+            "depth": memory.depth, "status": memory.status,
+            "source": {k: v for k, v in vars(src).items() if v is not None}}
+
+
+def scored_json(item: ScoredMemory, rank: int) -> dict[str, Any]:
+    """A ranked memory with its score parts."""
+    return {"rank": rank, "score": round(item.score, 6), "recency": round(item.recency, 6),
+            "importance": round(item.importance, 6), "relevance": round(item.relevance, 6),
+            "cosine": round(item.cosine, 6), "memory": memory_json(item.memory)}
+
+
+def tree_json(node: EvidenceNode) -> dict[str, Any]:
+    """An evidence tree as nested JSON."""
+    return {**memory_json(node.memory), "evidence": [tree_json(child) for child in node.evidence]}
+
+
+def tree_lines(node: EvidenceNode, prefix: str = "", last: bool = True, root: bool = True) -> list[str]:
+    """An evidence tree drawn with box characters."""
+    m = node.memory
+    label = (f"#{m.id} {m.kind} (importance {m.importance}"
+             + (f", depth {m.depth}" if m.kind == "reflection" else "")
+             + f") {m.created_at:%Y-%m-%d %H:%M} {_short(m.text, 80)}")
+    lines = [label if root else f"{prefix}{'└── ' if last else '├── '}{label}"]
+    child_prefix = "" if root else prefix + ("    " if last else "│   ")
+    for i, child in enumerate(node.evidence):
+        lines += tree_lines(child, child_prefix, i == len(node.evidence) - 1, root=False)
+    return lines
+
+
+def ranking_lines(items: Sequence[ScoredMemory]) -> list[str]:
+    """A ranking as a table."""
+    lines = [f"{'#':>2} {'id':>6} {'kind':<11} {'score':>6} {'rec':>5} {'imp':>5} {'rel':>5}  text"]
+    for rank, item in enumerate(items, 1):
+        lines.append(f"{rank:>2} {item.memory.id:>6} {item.memory.kind:<11} {item.score:6.3f} {item.recency:5.2f} "
+                     f"{item.importance:5.2f} {item.relevance:5.2f}  {_short(item.memory.text)}")
+    return lines
+
+
+def _emit(args: argparse.Namespace, data: Any, lines: Sequence[str]) -> None:
+    if args.json:
+        print(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+    else:
+        print("\n".join(lines))
+
+
+# -- commands --------------------------------------------------------------------------------------
+
+
+async def cmd_observe(memory: MemoryStream, args: argparse.Namespace) -> int:
+    """Observe one text."""
+    stored = await memory.observe(args.text, stream=args.stream, at=args.at, importance=args.importance)
+    _emit(args, memory_json(stored), [f"#{stored.id} importance {stored.importance} "
+                                      f"({stored.importance_source}): {_short(stored.text)}"])
+    return 0
+
+
+@dataclass(frozen=True)
+class _Line:
+    number: int
+    observation: Observation
+
+
+def read_jsonl(path: Path, default_stream: str) -> list[_Line]:
+    """Every line of an import file, validated before anything is stored."""
+    try:
+        raw_lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from exc
+    lines, errors = [], []
+    for number, raw in enumerate(raw_lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            lines.append(_Line(number, _observation(raw, default_stream)))
+        except json.JSONDecodeError as exc:
+            errors.append(f"{path}:{number}: not valid JSON ({exc.msg}, column {exc.colno})")
+        except (ValueError, TypeError, ConfigError) as exc:
+            errors.append(f"{path}:{number}: {exc}")
+    if errors:
+        more = f"\n… and {len(errors) - 10} more" if len(errors) > 10 else ""
+        raise ConfigError("nothing was imported:\n" + "\n".join(errors[:10]) + more)
+    return lines
+
+
+def _observation(raw: str, default_stream: str) -> Observation:
+    data = json.loads(raw)
+    if not isinstance(data, dict):
+        raise ValueError("each line must be a JSON object")
+    unknown = set(data) - {"text", "at", "stream", "importance", "author", "id"}
+    if unknown:
+        raise ValueError(f"unknown key(s) {', '.join(sorted(unknown))}; allowed: text, at, stream, importance")
+    text, at = data.get("text"), data.get("at")
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError('"text" must be a non-empty string')
+    if not isinstance(at, str):
+        raise ValueError('"at" must be an ISO-8601 time string')
+    importance = data.get("importance")
+    if importance is not None and (isinstance(importance, bool) or not isinstance(importance, int)
+                                   or not 1 <= importance <= 10):
+        raise ValueError(f'"importance" must be a whole number from 1 to 10, got {importance!r}')
+    stream = data.get("stream", default_stream)
+    if not isinstance(stream, str) or not stream:
+        raise ValueError('"stream" must be a non-empty string')
+    key = str(data.get("id") or hashlib.sha256(raw.strip().encode()).hexdigest()[:24])
+    return Observation(text, stream, parse_time(at), importance,
+                       Source(author=data.get("author"), message_id=f"import:{key}"))
+
+
+async def cmd_import(memory: MemoryStream, args: argparse.Namespace) -> int:
+    """Import a JSONL file; lines already imported are skipped, so an interrupted import can be re-run."""
+    lines = read_jsonl(Path(args.file), args.stream)
+    stored = pending = 0
+    chunk = 256
+    for start in range(0, len(lines), chunk):
+        part = [line.observation for line in lines[start:start + chunk]]
+        memories = await memory.observe_many(part)
+        stored += sum(1 for m in memories if m.status == "ready")
+        pending += sum(1 for m in memories if m.status == "pending")
+        if args.reflect:
+            for stream in await memory.due_streams():
+                await memory.reflect(stream, at=max(o.at for o in part if o.at), only_if_due=True)
+        _progress(min(start + chunk, len(lines)), len(lines))
+    due = await memory.due_streams()
+    _emit(args, {"lines": len(lines), "ready": stored, "pending": pending, "due_for_reflection": due},
+          [f"imported {len(lines)} line(s): {stored} ready, {pending} pending"]
+          + ([f"due for reflection: {', '.join(due)} (run: memstream reflect --stream KEY)"] if due else []))
+    return 0 if pending == 0 else 3
+
+
+def _progress(done: int, total: int) -> None:
+    if sys.stderr.isatty() and total:
+        width = 30
+        filled = width * done // total
+        print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}", end="" if done < total else "\n",
+              file=sys.stderr, flush=True)
+
+
+async def cmd_recall(memory: MemoryStream, args: argparse.Namespace) -> int:
+    """The ranking for a query, read-only."""
+    items = await memory.explain(args.query, stream=args.stream, k=args.k, at=args.at)
+    _emit(args, [scored_json(item, i) for i, item in enumerate(items, 1)],
+          ranking_lines(items) if items else [f"stream {args.stream!r} has no memories yet"])
+    return 0
+
+
+async def cmd_reflect(memory: MemoryStream, args: argparse.Namespace) -> int:
+    """Reflect now."""
+    result = await memory.reflect(args.stream, at=args.at)
+    assert result is not None
+    lines = [f"questions: {'; '.join(result.questions) or '(none)'}"]
+    for insight in result.insights:
+        cited = ", ".join(f"#{i}" for i in result.evidence.get(insight.id, []))
+        lines.append(f"#{insight.id} {insight.text} (because of {cited})")
+    lines += [f"dropped (too little evidence): {_short(text)}" for text in result.dropped]
+    if result.skipped:
+        lines.append(f"skipped: {result.skipped}")
+    _emit(args, {"questions": result.questions, "skipped": result.skipped, "dropped": result.dropped,
+                 "insights": [{**memory_json(m), "evidence": result.evidence.get(m.id, [])}
+                              for m in result.insights]}, lines)
+    return 0
+
+
+async def cmd_why(memory: MemoryStream, args: argparse.Namespace) -> int:
+    """The evidence tree of a memory."""
+    tree = await memory.why(args.memory_id, stream=args.stream if args.stream_given else None)
+    _emit(args, tree_json(tree), tree_lines(tree))
+    return 0
+
+
+async def cmd_stats(memory: MemoryStream, args: argparse.Namespace) -> int:
+    """Counts, histogram, fallbacks, reflection progress and model calls."""
+    stream = args.stream if args.stream_given else None
+    data = await memory.stats(stream)
+    data["streams"] = await memory.store.streams()
+    hist = data["histogram"]
+    lines = [f"streams: {', '.join(data['streams']) or '(none)'}",
+             f"observations {data['observations']}, reflections {data['reflections']}, "
+             f"pending {data['pending']}, fallback ratings {data['fallback']}",
+             "importance: " + " ".join(f"{k}:{v}" for k, v in hist.items())]
+    if stream is not None:
+        lines.append(f"towards next reflection: {data['importance_since_reflection']}/"
+                     f"{data['reflection_threshold']} (reflections run {data['reflections_run']}, "
+                     f"skipped {data['reflections_skipped']})")
+    for role, usage in data["usage"].items():
+        lines.append(f"{role}: {usage['calls']} call(s), {usage['failures']} failed, "
+                     f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion tokens")
+    _emit(args, data, lines)
+    return 0
+
+
+async def cmd_chat(memory: MemoryStream, args: argparse.Namespace) -> int:
+    """Talk to the persona: each line is observed and answered."""
+    name = args.speaker
+    print(f"Talking to {memory.name} (stream {args.stream!r}). Ctrl-D to leave.", file=sys.stderr)
+    loop = asyncio.get_running_loop()
+    while True:
+        if sys.stdin.isatty():
+            print(f"{name}> ", end="", flush=True, file=sys.stderr)
+        line = await loop.run_in_executor(None, sys.stdin.readline)
+        if not line:
+            return 0
+        if not line.strip():
+            continue
+        reply = await memory.respond(line.strip(), stream=args.stream, speaker=name, at=args.at)
+        if args.json:
+            print(json.dumps({"reply": reply.text, "trace": reply.trace_id,
+                              "memories": [scored_json(m, i) for i, m in enumerate(reply.memories, 1)]}))
+        else:
+            print(f"{memory.name}: {reply.text}", flush=True)
+
+
+async def cmd_bot(args: argparse.Namespace) -> int:
+    """Run the Discord bot (the `bot` package, kept out of the core)."""
+    runner = importlib.import_module("bot.__main__")
+    result: int = await runner.run(args)
+    return result
+
+
+COMMANDS: dict[str, tuple[Callable[[MemoryStream, argparse.Namespace], Coroutine[Any, Any, int]], bool]] = {
+    # name: (function, needs models)
+    "observe": (cmd_observe, True), "import": (cmd_import, True), "recall": (cmd_recall, True),
+    "reflect": (cmd_reflect, True), "why": (cmd_why, False), "stats": (cmd_stats, False),
+    "chat": (cmd_chat, True),
+}
+
+
+# -- argument parsing ------------------------------------------------------------------------------
+
+
+def _importance(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 10:
+        raise argparse.ArgumentTypeError("must be a whole number from 1 to 10")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every command."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--persona", default=os.environ.get("MEMSTREAM_PERSONA", DEFAULT_PERSONA),
+                        help="persona file (default: $MEMSTREAM_PERSONA or %(default)s)")
+    common.add_argument("--db", type=Path, help="use this database file instead of the persona's")
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+    common.add_argument("-v", "--verbose", action="store_true", help="log what happens")
+    scoped = argparse.ArgumentParser(add_help=False)
+    scoped.add_argument("--stream", help=f"stream key, e.g. guild:123 or dm:456 (default: {DEFAULT_STREAM})")
+    timed = argparse.ArgumentParser(add_help=False)
+    timed.add_argument("--at", type=parse_time, help="act at this ISO-8601 time (replays, imports)")
+
+    parser = argparse.ArgumentParser(prog="memstream", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p = sub.add_parser("chat", parents=[common, scoped, timed], help="talk to the persona in the terminal",
+                       description="Talk to the persona: each line you type is observed and answered.")
+    p.add_argument("--as", dest="speaker", default="You", help="your name in the persona's memory")
+    p = sub.add_parser("observe", parents=[common, scoped, timed], help="observe one text",
+                       description="Rate, embed and store one observation.")
+    p.add_argument("text")
+    p.add_argument("--importance", type=_importance, help="skip the rater and use this importance (1-10)")
+    p = sub.add_parser("import", parents=[common, scoped, timed], help="import a JSONL file of observations",
+                       description='Import lines of {"text", "at", optional "stream", "importance"}. '
+                                   "Lines already imported are skipped, so an interrupted import can be re-run.")
+    p.add_argument("file")
+    p.add_argument("--reflect", action="store_true", help="reflect whenever a stream crosses the threshold")
+    p = sub.add_parser("recall", parents=[common, scoped, timed], help="rank memories for a query (read-only)",
+                       description="Rank every memory for a query with its score parts; touches nothing.")
+    p.add_argument("query")
+    p.add_argument("-k", type=int, help="how many (default: the persona's k)")
+    sub.add_parser("reflect", parents=[common, scoped, timed], help="reflect now",
+                   description="Run one reflection on a stream now and show the insights with their evidence.")
+    p = sub.add_parser("why", parents=[common, scoped], help="the evidence tree of a memory",
+                       description="Show a reflection's evidence, down to the observations.")
+    p.add_argument("memory_id", type=int)
+    sub.add_parser("stats", parents=[common, scoped], help="counts, importance histogram, model calls",
+                   description="Counts, importance histogram, fallback ratings and model calls.")
+    p = sub.add_parser("bot", parents=[common], help="run the persona on Discord (needs DISCORD_TOKEN)",
+                       description="Run one or more personas as a Discord bot.")
+    p.add_argument("--extra-persona", action="append", default=[], help="another persona in the same process")
+    return parser
+
+
+async def _run(args: argparse.Namespace) -> int:
+    if args.command == "bot":
+        return await cmd_bot(args)
+    persona: PersonaConfig = load_persona(args.persona)
+    if args.db is not None:
+        persona = persona.with_database(args.db)
+    function, needs_models = COMMANDS[args.command]
+    clock: Clock = SystemClock() if getattr(args, "at", None) is None else FixedClock(args.at)
+    fakes: dict[str, Any] = {} if needs_models else {"chat": _NoModels(), "embedder": _NoModels()}
+    memory = await MemoryStream.open(persona, clock=clock, **fakes)
+    try:
+        return await function(memory, args)
+    finally:
+        await memory.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script."""
+    args = build_parser().parse_args(argv)
+    args.stream_given = getattr(args, "stream", None) is not None
+    if hasattr(args, "stream") and args.stream is None:
+        args.stream = DEFAULT_STREAM
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return asyncio.run(_run(args))
+    except MemstreamError as exc:
+        print(f"memstream: error: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, ConfigError) else 1
+    except KeyboardInterrupt:
+        return 130
