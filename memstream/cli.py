@@ -347,9 +347,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("memory_id", type=int)
     sub.add_parser("stats", parents=[common, scoped], help="counts, importance histogram, model calls",
                    description="Counts, importance histogram, fallback ratings and model calls.")
-    p = sub.add_parser("bot", parents=[common], help="run the persona on Discord (needs DISCORD_TOKEN)",
-                       description="Run one or more personas as a Discord bot.")
-    p.add_argument("--extra-persona", action="append", default=[], help="another persona in the same process")
+    sub.add_parser("bot", parents=[common], help="run the persona on Discord (needs DISCORD_TOKEN)",
+                   description="Run the persona as a Discord bot (one process per persona).")
     return parser
 
 

@@ -94,6 +94,7 @@ class ModelConfig:
 class DiscordConfig:
     """Where the persona listens on Discord and how it behaves there."""
 
+    token_env: str = "DISCORD_TOKEN"
     guilds: tuple[int, ...] = ()
     channels: tuple[int, ...] = ()
     observe_bots: bool = False
@@ -267,6 +268,7 @@ def _discord(section: _Section) -> DiscordConfig:
     keys = [f.name for f in fields(DiscordConfig)]
     ids = "must be a list of Discord ids (numbers or digit strings)"
     cfg = DiscordConfig(
+        token_env=section.take("token_env", _text, d.token_env, "must name an environment variable"),
         guilds=section.take("guilds", _ids, d.guilds, ids),
         channels=section.take("channels", _ids, d.channels, ids),
         observe_bots=section.take("observe_bots", _flag, d.observe_bots, "must be true or false"),

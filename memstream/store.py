@@ -546,25 +546,38 @@ class Store:
         assert cursor.lastrowid is not None
         return cursor.lastrowid
 
-    async def link_trace(self, trace_id: int, message_id: str) -> None:
-        """Attach the Discord message id of the reply a trace explains."""
-        await self.conn.execute("UPDATE reply_traces SET message_id = ? WHERE id = ?", (message_id, trace_id))
+    async def link_reply(self, trace_id: int, message_ids: Sequence[str], reply_memory_id: int | None) -> None:
+        """Attach the Discord message ids of a sent reply to its trace (and the first to its memory)."""
+        async with self.transaction():
+            await self.conn.executemany(
+                "INSERT OR REPLACE INTO trace_messages (message_id, trace_id) VALUES (?, ?)",
+                [(m, trace_id) for m in message_ids],
+            )
+            if message_ids:
+                await self.conn.execute("UPDATE reply_traces SET message_id = ? WHERE id = ?",
+                                        (message_ids[0], trace_id))
+            if reply_memory_id is not None and message_ids:
+                await self.conn.execute("UPDATE memories SET message_id = ? WHERE id = ? AND message_id IS NULL",
+                                        (message_ids[0], reply_memory_id))
 
-    async def trace(self, *, trace_id: int | None = None, message_id: str | None = None,
-                    reply_memory_id: int | None = None) -> dict[str, Any] | None:
-        """A reply trace by id, by the reply's Discord message id, or by the reply's memory id."""
-        column, value = (("id", trace_id) if trace_id is not None else
-                         ("message_id", message_id) if message_id is not None else
-                         ("reply_memory_id", reply_memory_id))
+    async def trace(self, *, trace_id: int | None = None, message_id: str | None = None) -> dict[str, Any] | None:
+        """A reply trace by its id or by the Discord message id of any part of the reply."""
+        if trace_id is None and message_id is not None:
+            async with self.conn.execute("SELECT trace_id FROM trace_messages WHERE message_id = ?",
+                                         (message_id,)) as cur:
+                row = await cur.fetchone()
+            if row is None:
+                return None
+            trace_id = int(row[0])
         async with self.conn.execute(
-            f"SELECT id, stream, created_at, query, reply_memory_id, message_id, items FROM reply_traces "
-            f"WHERE {column} = ? ORDER BY id DESC LIMIT 1", (value,)
+            "SELECT id, stream, created_at, query, reply_memory_id, message_id, items FROM reply_traces "
+            "WHERE id = ?", (trace_id,)
         ) as cur:
-            row = await cur.fetchone()
-        if row is None:
+            found = await cur.fetchone()
+        if found is None:
             return None
-        return {"id": row[0], "stream": row[1], "created_at": from_timestamp(row[2]), "query": row[3],
-                "reply_memory_id": row[4], "message_id": row[5], "items": json.loads(row[6])}
+        return {"id": found[0], "stream": found[1], "created_at": from_timestamp(found[2]), "query": found[3],
+                "reply_memory_id": found[4], "message_id": found[5], "items": json.loads(found[6])}
 
     async def get_meta(self, key: str) -> str | None:
         """A value of the meta table."""

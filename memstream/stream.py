@@ -29,6 +29,7 @@ __all__ = ["DEFAULT_STREAM", "MemoryStream", "Observation", "Reply"]
 log = logging.getLogger("memstream")
 DEFAULT_STREAM = "default"
 ReflectionHook = Callable[[str], Awaitable[None]]
+ExplainedReply = tuple[dict[str, Any], list[tuple[dict[str, Any], Memory | None]]]
 
 
 @dataclass(frozen=True)
@@ -287,10 +288,19 @@ class MemoryStream:
 
     async def respond(self, message: str, *, stream: str = DEFAULT_STREAM, situation: str | None = None,
                       speaker: str = "Someone", at: datetime | None = None, observe_message: bool = True,
-                      source: Source | None = None, reply_source: Source | None = None) -> Reply:
-        """Answer a message: observe it, retrieve for it, ask the agent model, observe the reply."""
+                      source: Source | None = None, reply_source: Source | None = None,
+                      exclude_message: str | None = None) -> Reply:
+        """Answer a message: observe it, retrieve for it, ask the agent model, observe the reply.
+
+        The message's own memory never fills one of the k places (observed here, or already stored
+        from the Discord message `exclude_message`).
+        """
         when = at or self.clock.now()
         exclude: set[int] = set()
+        if exclude_message is not None:
+            found = await self.store.find_message(stream, exclude_message)
+            if found is not None:
+                exclude.add(found)
         if observe_message:
             incoming = await self.observe(f"{speaker}: {message}", stream=stream, at=when, source=source)
             exclude.add(incoming.id)
@@ -354,6 +364,20 @@ class MemoryStream:
         if loaded is not None:
             loaded.update(memory_id, vector)
         return await self.store.get(memory_id)
+
+    async def link_reply(self, reply: Reply, message_ids: Sequence[str]) -> None:
+        """Remember which Discord messages carried a reply, so each can be explained later."""
+        own = None if reply.memory is None else reply.memory.id
+        await self.store.link_reply(reply.trace_id, list(message_ids), own)
+
+    async def explain_reply(self, *, message_id: str | None = None, trace_id: int | None = None,
+                            stream: str | None = None) -> ExplainedReply | None:
+        """What a reply was built from: its trace and each memory (None where since forgotten)."""
+        trace = await self.store.trace(trace_id=trace_id, message_id=message_id)
+        if trace is None or (stream is not None and trace["stream"] != stream):
+            return None
+        found = await self.store.get_many([item["id"] for item in trace["items"]])
+        return trace, [(item, found.get(item["id"])) for item in trace["items"]]
 
     async def stats(self, stream: str | None = None) -> dict[str, Any]:
         """Counts, importance histogram, fallbacks, the total towards the next reflection, model calls."""

@@ -1,0 +1,68 @@
+"""Run a persona on Discord: `memstream bot --persona personas/isabella.toml` or `python -m bot ...`.
+
+One process per persona: each persona is its own Discord application (its own token, name and avatar)
+and its own SQLite file, so a crash, a restart or a rate limit of one never touches another.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import discord
+
+from bot.bot import PersonaBot
+from memstream import ConfigError, MemoryStream, MemstreamError, load_persona
+
+__all__ = ["main", "run"]
+
+log = logging.getLogger("bot")
+
+
+async def run(args: argparse.Namespace) -> int:
+    """Open the persona's memory, start the bot, and turn Discord's start-up errors into one line."""
+    persona = load_persona(args.persona)
+    if getattr(args, "db", None) is not None:
+        persona = persona.with_database(Path(args.db))
+    token = os.environ.get(persona.discord.token_env, "").strip()
+    if not token:
+        raise ConfigError(f"{persona.discord.token_env} is not set: create a bot at "
+                          "https://discord.com/developers/applications and export its token")
+    async with await MemoryStream.open(persona) as memory:
+        bot = PersonaBot(memory, persona)
+        try:
+            async with bot:
+                await bot.start(token)
+        except discord.PrivilegedIntentsRequired as exc:
+            raise ConfigError("Discord refused the MESSAGE CONTENT intent: enable it under Bot > Privileged "
+                              "Gateway Intents in the Developer Portal") from exc
+        except discord.LoginFailure as exc:
+            raise ConfigError(f"Discord rejected the token in {persona.discord.token_env}") from exc
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m bot`."""
+    parser = argparse.ArgumentParser(prog="python -m bot", description="Run a memstream persona on Discord.")
+    parser.add_argument("--persona", default=os.environ.get("MEMSTREAM_PERSONA", "personas/isabella.toml"))
+    parser.add_argument("--db", type=Path, help="use this database file instead of the persona's")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return asyncio.run(run(args))
+    except MemstreamError as exc:
+        print(f"memstream: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

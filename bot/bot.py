@@ -1,0 +1,107 @@
+"""PersonaBot: a discord.py commands.Bot that lives in channels as one memstream persona."""
+
+from __future__ import annotations
+
+import logging
+
+import discord
+from discord import app_commands
+from discord.ext import commands
+
+from bot.scheduler import ReflectionScheduler
+from memstream import MemoryStream, MemstreamError, PersonaConfig
+
+__all__ = ["COGS", "PersonaBot", "stream_key"]
+
+log = logging.getLogger("bot")
+COGS = ("bot.cogs.observe", "bot.cogs.chat", "bot.cogs.memory")
+
+
+def stream_key(guild_id: int | None, user_id: int) -> str:
+    """The memory stream of a server, or of a direct-message conversation."""
+    return f"guild:{guild_id}" if guild_id is not None else f"dm:{user_id}"
+
+
+def intents() -> discord.Intents:
+    """What the persona needs: servers, messages and their content (a privileged intent)."""
+    wanted = discord.Intents.none()
+    wanted.guilds = True
+    wanted.guild_messages = True
+    wanted.dm_messages = True
+    wanted.message_content = True
+    return wanted
+
+
+class PersonaTree(app_commands.CommandTree[discord.Client]):
+    """The command tree: its errors go to the bot's one handler."""
+
+    async def on_error(self, interaction: discord.Interaction[discord.Client],
+                       error: app_commands.AppCommandError) -> None:
+        bot = self.client
+        assert isinstance(bot, PersonaBot)
+        await bot.on_app_command_error(interaction, error)
+
+
+class PersonaBot(commands.Bot):
+    """The persona on Discord; its memory and config come in through the constructor."""
+
+    def __init__(self, memory: MemoryStream, persona: PersonaConfig, **options: object) -> None:
+        super().__init__(
+            command_prefix=commands.when_mentioned, intents=intents(), help_command=None,
+            allowed_mentions=discord.AllowedMentions(everyone=False, users=False, roles=False, replied_user=True),
+            tree_cls=PersonaTree, **options,  # type: ignore[arg-type]
+        )
+        self.memory = memory
+        self.persona = persona
+        self.reflections = ReflectionScheduler(memory, check_minutes=persona.discord.reflect_check_minutes)
+        self._synced: set[int] = set()
+
+    async def setup_hook(self) -> None:
+        """Load the cogs, start the scheduler, sync commands to the configured servers."""
+        for name in COGS:
+            await self.load_extension(name)
+        self.memory.on_reflection_due = self.reflections.request
+        self.reflections.start()
+        for guild_id in self.persona.discord.guilds:
+            await self.sync_guild(guild_id)
+
+    async def sync_guild(self, guild_id: int) -> None:
+        """Sync the slash commands to one server (never globally: that takes an hour to spread)."""
+        if guild_id in self._synced:
+            return
+        guild = discord.Object(id=guild_id)
+        self.tree.copy_global_to(guild=guild)
+        await self.tree.sync(guild=guild)
+        self._synced.add(guild_id)
+
+    async def on_guild_available(self, guild: discord.Guild) -> None:
+        """With no servers configured, sync to each server the persona is in, once per process."""
+        if not self.persona.discord.guilds:
+            try:
+                await self.sync_guild(guild.id)
+            except discord.HTTPException as exc:
+                log.warning("could not sync commands to %s: %s", guild.id, exc)
+
+    async def close(self) -> None:
+        """Stop the scheduler, then disconnect."""
+        self.reflections.shutdown()
+        await super().close()
+
+    async def on_app_command_error(self, interaction: discord.Interaction[discord.Client],
+                                   error: app_commands.AppCommandError) -> None:
+        """One place for command errors: ours become a friendly ephemeral reply, the rest is logged."""
+        cause = error.original if isinstance(error, app_commands.CommandInvokeError) else error
+        if isinstance(cause, MemstreamError):
+            text = f"Sorry: {cause}"
+        elif isinstance(cause, app_commands.CheckFailure):
+            text = str(cause) or "You are not allowed to do that here."
+        else:
+            log.error("command %s failed", interaction.command and interaction.command.name, exc_info=cause)
+            text = "Something went wrong; it has been logged."
+        try:
+            if interaction.response.is_done():
+                await interaction.followup.send(text[:2000], ephemeral=True)
+            else:
+                await interaction.response.send_message(text[:2000], ephemeral=True)
+        except discord.HTTPException:
+            log.warning("could not report an error to the user")

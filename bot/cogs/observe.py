@@ -1,0 +1,175 @@
+"""Every message in a watched channel becomes an observation in its server's stream; Discord is followed
+when messages are edited or deleted and when the bot leaves a server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict
+
+import discord
+from discord.ext import commands
+
+from bot.bot import PersonaBot, stream_key
+from memstream import MemstreamError, Observation, Source
+
+__all__ = ["ObserveCog", "attributed", "setup"]
+
+log = logging.getLogger("bot.observe")
+BURST_WINDOW = 0.05   # seconds to gather a burst into one batch
+BATCH = 256
+
+
+def attributed(message: discord.Message) -> str | None:
+    """'Klaus in #general: …' with mentions as names, attachments and stickers named; None if empty."""
+    text = message.clean_content.strip()
+    extras = [f"[attachment: {a.filename}]" for a in message.attachments]
+    extras += [f"[sticker: {s.name}]" for s in message.stickers]
+    body = " ".join([text, *extras]).strip()
+    if not body:
+        return None
+    channel = message.channel
+    where = "in a direct message" if isinstance(channel, discord.DMChannel) else f"in #{getattr(channel, 'name', '?')}"
+    return f"{message.author.display_name} {where}: {body}"
+
+
+def watched(bot: PersonaBot, channel: discord.abc.Messageable) -> bool:
+    """Whether the persona listens in this channel (threads follow their parent channel)."""
+    if isinstance(channel, discord.DMChannel):
+        return bot.persona.discord.dms
+    allowed = bot.persona.discord.channels
+    if not allowed:
+        return True
+    parent = getattr(channel, "parent_id", None)
+    return getattr(channel, "id", None) in allowed or (parent is not None and parent in allowed)
+
+
+def message_stream(message: discord.Message) -> str:
+    """The stream a message belongs to."""
+    if message.guild is not None:
+        return stream_key(message.guild.id, message.author.id)
+    other = getattr(message.channel, "recipient", None) or message.author
+    return stream_key(None, other.id)
+
+
+class ObserveCog(commands.Cog):
+    """Queues observations and writes them in batches, off the gateway's event handlers."""
+
+    def __init__(self, bot: PersonaBot) -> None:
+        self.bot = bot
+        self.queue: OrderedDict[str, Observation] = OrderedDict()
+        self.wake = asyncio.Event()
+        self.deleted: OrderedDict[str, None] = OrderedDict()   # recent deletions, to catch races
+        self.worker: asyncio.Task[None] | None = None
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    async def cog_load(self) -> None:
+        self.worker = asyncio.create_task(self._work(), name="observe-worker")
+
+    async def cog_unload(self) -> None:
+        if self.worker is not None:
+            self.worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.worker
+
+    def wants(self, message: discord.Message) -> bool:
+        """The rule for whose messages are observed: never the persona's own (its replies are observed
+        when it makes them), other bots only with observe_bots, only in watched channels."""
+        me = self.bot.user
+        if me is not None and message.author.id == me.id:
+            return False
+        if message.author.bot and not self.bot.persona.discord.observe_bots:
+            return False
+        if message.type not in (discord.MessageType.default, discord.MessageType.reply):
+            return False
+        return watched(self.bot, message.channel)
+
+    @commands.Cog.listener()
+    async def on_message(self, message: discord.Message) -> None:
+        if not self.wants(message):
+            return
+        text = attributed(message)
+        if text is None:
+            return
+        source = Source(author=message.author.display_name, author_id=str(message.author.id),
+                        channel=getattr(message.channel, "name", None), channel_id=str(message.channel.id),
+                        message_id=str(message.id))
+        self.queue[str(message.id)] = Observation(text, message_stream(message), self.bot.memory.now(), None, source)
+        self.idle.clear()
+        self.wake.set()
+
+    async def _work(self) -> None:
+        while True:
+            await self.wake.wait()
+            await asyncio.sleep(BURST_WINDOW)
+            self.wake.clear()
+            while self.queue:
+                batch = [self.queue.popitem(last=False)[1] for _ in range(min(BATCH, len(self.queue)))]
+                try:
+                    await self.bot.memory.observe_many(batch)
+                except MemstreamError as exc:
+                    log.error("could not store %d observation(s): %s", len(batch), exc)
+                except Exception:
+                    log.exception("observing a batch failed")
+                await self._forget_raced(batch)
+            if not self.queue:
+                self.idle.set()
+
+    async def _forget_raced(self, batch: list[Observation]) -> None:
+        raced = [o.source.message_id for o in batch if o.source.message_id in self.deleted]
+        if raced:
+            await self.bot.memory.forget_messages([m for m in raced if m])
+
+    async def drained(self) -> None:
+        """Wait until every queued observation has been written (tests and shutdown)."""
+        await self.idle.wait()
+
+    async def _forget(self, message_ids: list[str]) -> None:
+        for message_id in message_ids:
+            self.queue.pop(message_id, None)
+            self.deleted[message_id] = None
+        while len(self.deleted) > 10_000:
+            self.deleted.popitem(last=False)
+        gone = await self.bot.memory.forget_messages(message_ids)
+        if gone:
+            log.info("forgot %d memory(ies) for %d deleted message(s)", len(gone), len(message_ids))
+
+    @commands.Cog.listener()
+    async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
+        await self._forget([str(payload.message_id)])
+
+    @commands.Cog.listener()
+    async def on_raw_bulk_message_delete(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
+        await self._forget([str(i) for i in payload.message_ids])
+
+    @commands.Cog.listener()
+    async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
+        message = payload.message
+        if "content" not in payload.data or not self.wants(message):
+            return
+        text = attributed(message)
+        key = str(message.id)
+        if key in self.queue and text is not None:
+            old = self.queue[key]
+            self.queue[key] = Observation(text, old.stream, old.at, old.importance, old.source)
+            return
+        if text is None:
+            await self._forget([key])
+            return
+        try:
+            await self.bot.memory.edit_message(message_stream(message), key, text)
+        except MemstreamError as exc:
+            log.warning("could not update the memory of edited message %s: %s", key, exc)
+
+    @commands.Cog.listener()
+    async def on_guild_remove(self, guild: discord.Guild) -> None:
+        removed = await self.bot.memory.purge(stream_key(guild.id, 0))
+        log.info("left server %s: its stream (%d memories) is purged", guild.id, removed)
+
+
+async def setup(bot: commands.Bot) -> None:
+    """Load the cog."""
+    assert isinstance(bot, PersonaBot)
+    await bot.add_cog(ObserveCog(bot))
