@@ -81,12 +81,14 @@ class MemoryStream:
         self.auto_reflect = auto_reflect
         self._reflecting: dict[str, asyncio.Lock] = {}
         self._limit = asyncio.Semaphore(self.config.max_concurrency)
+        self._closers: list[Callable[[], Awaitable[None]]] = []
 
     @classmethod
     async def open(cls, persona: PersonaConfig, *, clock: Clock | None = None, embedder: Embedder | None = None,
                    chat: ChatModel | None = None, environ: Mapping[str, str] | None = None,
                    **options: Any) -> MemoryStream:
         """Open a persona's store and connect its models (OpenAI-compatible unless fakes are given)."""
+        client = None
         if chat is None or embedder is None:
             models = persona.models
             client = make_client(base_url=models.resolved_base_url(environ), api_key=models.api_key(environ),
@@ -94,14 +96,25 @@ class MemoryStream:
             chat = chat or OpenAIChat(client)
             embedder = embedder or OpenAIEmbedder(client, model=models.embedding,
                                                   dimensions=models.embedding_dimensions)
-        store = await Store.open(persona.database)
+        try:
+            store = await Store.open(persona.database)
+        except BaseException:
+            if client is not None:
+                await client.close()
+            raise
         m = persona.models
-        return cls(store, embedder, rater=RoleModel(chat, m.rater), reflector=RoleModel(chat, m.reflector),
-                   agent=RoleModel(chat, m.agent), name=persona.name, summary=persona.summary,
-                   config=persona.memory, clock=clock, tz=persona.tz, **options)
+        memory = cls(store, embedder, rater=RoleModel(chat, m.rater), reflector=RoleModel(chat, m.reflector),
+                     agent=RoleModel(chat, m.agent), name=persona.name, summary=persona.summary,
+                     config=persona.memory, clock=clock, tz=persona.tz, **options)
+        if client is not None:
+            memory._closers.append(client.close)
+        return memory
 
     async def close(self) -> None:
-        """Close the store."""
+        """Close the store and the model clients this stream opened."""
+        for close in self._closers:
+            await close()
+        self._closers.clear()
         await self.store.close()
 
     async def __aenter__(self) -> MemoryStream:

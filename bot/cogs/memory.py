@@ -130,8 +130,10 @@ class MemoryCog(commands.Cog):
         await interaction.response.defer(ephemeral=True, thinking=True)
         stream = _stream(interaction)
         if memory_id is None:
-            gone = await self.bot.memory.forget_author(stream, str(interaction.user.id))
-            text = f"Forgotten: {len(gone)} memory(ies) made from your messages here, and insights drawn from them."
+            own = await self.bot.memory.store.by_author(stream, str(interaction.user.id))
+            gone = await self.bot.memory.forget(own)
+            text = (f"Forgotten: {len(own)} memory(ies) made from your messages here, and "
+                    f"{len(gone) - len(own)} insight(s) drawn from them.")
         elif not is_manager(interaction):
             text = "Only server managers can forget a memory by number. Use `/forget` alone for your own messages."
         else:
