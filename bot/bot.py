@@ -55,6 +55,7 @@ class PersonaBot(commands.Bot):
         self.persona = persona
         self.reflections = ReflectionScheduler(memory, check_minutes=persona.discord.reflect_check_minutes)
         self._synced: set[int] = set()
+        self._channels: dict[int, object] = {}
 
     async def setup_hook(self) -> None:
         """Load the cogs, start the scheduler, sync commands to the configured servers."""
@@ -81,6 +82,20 @@ class PersonaBot(commands.Bot):
                 await self.sync_guild(guild.id)
             except discord.HTTPException as exc:
                 log.warning("could not sync commands to %s: %s", guild.id, exc)
+
+    async def resolve_channel(self, channel: discord.abc.Messageable) -> discord.abc.Messageable:
+        """The full channel behind a partial one (a thread the cache has not seen), fetched once."""
+        if not isinstance(channel, discord.PartialMessageable):
+            return channel
+        cached = self._channels.get(channel.id) or self.get_channel(channel.id)
+        if cached is None:
+            try:
+                cached = await self.fetch_channel(channel.id)
+            except discord.HTTPException as exc:
+                log.info("channel %s cannot be fetched: %s", channel.id, exc)
+                return channel
+            self._channels[channel.id] = cached
+        return cached if isinstance(cached, discord.abc.Messageable) else channel
 
     async def close(self) -> None:
         """Stop the scheduler, then disconnect."""

@@ -30,14 +30,14 @@ class ChatCog(commands.Cog):
         for task in self.tasks:
             task.cancel()
 
-    def addressed(self, message: discord.Message) -> bool:
+    def addressed(self, message: discord.Message, channel: discord.abc.Messageable) -> bool:
         """Mentioned, replied to, or in a DM; never to itself, to bots only with answer_bots."""
         me = self.bot.user
         if me is None or message.author.id == me.id:
             return False
         if message.author.bot and not self.bot.persona.discord.answer_bots:
             return False
-        if not watched(self.bot, message.channel):
+        if not watched(self.bot, channel):
             return False
         if isinstance(message.channel, discord.DMChannel):
             return True
@@ -48,7 +48,7 @@ class ChatCog(commands.Cog):
 
     @commands.Cog.listener()
     async def on_message(self, message: discord.Message) -> None:
-        if self.addressed(message):
+        if self.addressed(message, await self.bot.resolve_channel(message.channel)):
             task = asyncio.create_task(self.answer(message), name=f"answer-{message.id}")
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)

@@ -21,7 +21,7 @@ BURST_WINDOW = 0.05   # seconds to gather a burst into one batch
 BATCH = 256
 
 
-def attributed(message: discord.Message) -> str | None:
+def attributed(message: discord.Message, channel: object = None) -> str | None:
     """'Klaus in #general: …' with mentions as names, attachments and stickers named; None if empty."""
     text = message.clean_content.strip()
     extras = [f"[attachment: {a.filename}]" for a in message.attachments]
@@ -29,8 +29,12 @@ def attributed(message: discord.Message) -> str | None:
     body = " ".join([text, *extras]).strip()
     if not body:
         return None
-    channel = message.channel
-    where = "in a direct message" if isinstance(channel, discord.DMChannel) else f"in #{getattr(channel, 'name', '?')}"
+    channel = channel or message.channel
+    if isinstance(channel, discord.DMChannel):
+        where = "in a direct message"
+    else:
+        name = getattr(channel, "name", None)
+        where = f"in #{name}" if name else "in a channel"
     return f"{message.author.display_name} {where}: {body}"
 
 
@@ -74,7 +78,7 @@ class ObserveCog(commands.Cog):
             with contextlib.suppress(asyncio.CancelledError):
                 await self.worker
 
-    def wants(self, message: discord.Message) -> bool:
+    def wants(self, message: discord.Message, channel: discord.abc.Messageable) -> bool:
         """The rule for whose messages are observed: never the persona's own (its replies are observed
         when it makes them), other bots only with observe_bots, only in watched channels."""
         me = self.bot.user
@@ -84,17 +88,18 @@ class ObserveCog(commands.Cog):
             return False
         if message.type not in (discord.MessageType.default, discord.MessageType.reply):
             return False
-        return watched(self.bot, message.channel)
+        return watched(self.bot, channel)
 
     @commands.Cog.listener()
     async def on_message(self, message: discord.Message) -> None:
-        if not self.wants(message):
+        channel = await self.bot.resolve_channel(message.channel)
+        if not self.wants(message, channel):
             return
-        text = attributed(message)
+        text = attributed(message, channel)
         if text is None:
             return
         source = Source(author=message.author.display_name, author_id=str(message.author.id),
-                        channel=getattr(message.channel, "name", None), channel_id=str(message.channel.id),
+                        channel=getattr(channel, "name", None), channel_id=str(message.channel.id),
                         message_id=str(message.id))
         self.queue[str(message.id)] = Observation(text, message_stream(message), self.bot.memory.now(), None, source)
         self.idle.clear()
@@ -147,9 +152,10 @@ class ObserveCog(commands.Cog):
     @commands.Cog.listener()
     async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
         message = payload.message
-        if "content" not in payload.data or not self.wants(message):
+        channel = await self.bot.resolve_channel(message.channel)
+        if "content" not in payload.data or not self.wants(message, channel):
             return
-        text = attributed(message)
+        text = attributed(message, channel)
         key = str(message.id)
         if key in self.queue and text is not None:
             old = self.queue[key]
