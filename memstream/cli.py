@@ -4,24 +4,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import importlib
 import json
 import logging
 import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from memstream.clock import Clock, SystemClock
 from memstream.config import PersonaConfig, load_persona
 from memstream.errors import ConfigError, MemstreamError
+from memstream.evaluate import CachedChat, CachedEmbedder, ModelCache, evaluate, read_eval
+from memstream.history import parse_time, read_history
 from memstream.llm import Completion
-from memstream.records import EvidenceNode, Memory, ScoredMemory, Source
-from memstream.stream import DEFAULT_STREAM, MemoryStream, Observation
+from memstream.profiles import PROFILES
+from memstream.records import EvidenceNode, Memory, ScoredMemory
+from memstream.stream import DEFAULT_STREAM, MemoryStream, connect_models
 
 __all__ = ["build_parser", "main", "parse_time"]
 
@@ -48,15 +49,6 @@ class _NoModels:
 
     async def embed_batch(self, texts: Sequence[str]) -> Any:
         raise ConfigError("this command does not use a model")
-
-
-def parse_time(text: str) -> datetime:
-    """An ISO-8601 time; without an offset it is taken as UTC."""
-    try:
-        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise ConfigError(f"not an ISO-8601 time: {text!r} (e.g. 2024-02-13T17:00:00Z)") from exc
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 # -- rendering -------------------------------------------------------------------------------------
@@ -129,65 +121,15 @@ async def cmd_observe(memory: MemoryStream, args: argparse.Namespace) -> int:
     return 0
 
 
-@dataclass(frozen=True)
-class _Line:
-    number: int
-    observation: Observation
-
-
-def read_jsonl(path: Path, default_stream: str) -> list[_Line]:
-    """Every line of an import file, validated before anything is stored."""
-    try:
-        raw_lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read: {exc}") from exc
-    lines, errors = [], []
-    for number, raw in enumerate(raw_lines, 1):
-        if not raw.strip():
-            continue
-        try:
-            lines.append(_Line(number, _observation(raw, default_stream)))
-        except json.JSONDecodeError as exc:
-            errors.append(f"{path}:{number}: not valid JSON ({exc.msg}, column {exc.colno})")
-        except (ValueError, TypeError, ConfigError) as exc:
-            errors.append(f"{path}:{number}: {exc}")
-    if errors:
-        more = f"\n… and {len(errors) - 10} more" if len(errors) > 10 else ""
-        raise ConfigError("nothing was imported:\n" + "\n".join(errors[:10]) + more)
-    return lines
-
-
-def _observation(raw: str, default_stream: str) -> Observation:
-    data = json.loads(raw)
-    if not isinstance(data, dict):
-        raise ValueError("each line must be a JSON object")
-    unknown = set(data) - {"text", "at", "stream", "importance", "author", "id"}
-    if unknown:
-        raise ValueError(f"unknown key(s) {', '.join(sorted(unknown))}; allowed: text, at, stream, importance")
-    text, at = data.get("text"), data.get("at")
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError('"text" must be a non-empty string')
-    if not isinstance(at, str):
-        raise ValueError('"at" must be an ISO-8601 time string')
-    importance = data.get("importance")
-    if importance is not None and (isinstance(importance, bool) or not isinstance(importance, int)
-                                   or not 1 <= importance <= 10):
-        raise ValueError(f'"importance" must be a whole number from 1 to 10, got {importance!r}')
-    stream = data.get("stream", default_stream)
-    if not isinstance(stream, str) or not stream:
-        raise ValueError('"stream" must be a non-empty string')
-    key = str(data.get("id") or hashlib.sha256(raw.strip().encode()).hexdigest()[:24])
-    return Observation(text, stream, parse_time(at), importance,
-                       Source(author=data.get("author"), message_id=f"import:{key}"))
-
-
 async def cmd_import(memory: MemoryStream, args: argparse.Namespace) -> int:
-    """Import a JSONL file; lines already imported are skipped, so an interrupted import can be re-run."""
-    lines = read_jsonl(Path(args.file), args.stream)
+    """Import a JSONL file or a DiscordChatExporter export; already imported messages are skipped."""
+    history = read_history(Path(args.file), stream=args.stream if args.stream_given else None,
+                           importance=args.importance, include_bots=args.include_bots)
+    lines = history.observations
     stored = pending = 0
     chunk = 256
     for start in range(0, len(lines), chunk):
-        part = [line.observation for line in lines[start:start + chunk]]
+        part = lines[start:start + chunk]
         memories = await memory.observe_many(part)
         stored += sum(1 for m in memories if m.status == "ready")
         pending += sum(1 for m in memories if m.status == "pending")
@@ -196,18 +138,25 @@ async def cmd_import(memory: MemoryStream, args: argparse.Namespace) -> int:
                 await memory.reflect(stream, at=max(o.at for o in part if o.at), only_if_due=True)
         _progress(min(start + chunk, len(lines)), len(lines))
     due = await memory.due_streams()
-    _emit(args, {"lines": len(lines), "ready": stored, "pending": pending, "due_for_reflection": due},
-          [f"imported {len(lines)} line(s): {stored} ready, {pending} pending"]
+    _emit(args, {"format": history.format, "observations": len(lines), "skipped": history.skipped,
+                 "ready": stored, "pending": pending, "due_for_reflection": due},
+          [f"imported {len(lines)} {history.format} message(s): {stored} ready, {pending} pending"
+           + (f", {history.skipped} skipped (bots, joins, pins, empty)" if history.skipped else "")]
           + ([f"due for reflection: {', '.join(due)} (run: memstream reflect --stream KEY)"] if due else []))
     return 0 if pending == 0 else 3
 
 
 def _progress(done: int, total: int) -> None:
-    if sys.stderr.isatty() and total:
+    """A progress bar on a terminal; a line every 10% elsewhere (logs stay readable)."""
+    if not total:
+        return
+    if sys.stderr.isatty():
         width = 30
         filled = width * done // total
         print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}", end="" if done < total else "\n",
               file=sys.stderr, flush=True)
+    elif total >= 1000 and (done == total or done * 10 // total != (done - 256) * 10 // total):
+        print(f"imported {done}/{total} ({100 * done // total}%)", file=sys.stderr, flush=True)
 
 
 async def cmd_recall(memory: MemoryStream, args: argparse.Namespace) -> int:
@@ -284,6 +233,43 @@ async def cmd_chat(memory: MemoryStream, args: argparse.Namespace) -> int:
             print(f"{memory.name}: {reply.text}", flush=True)
 
 
+async def cmd_eval(args: argparse.Namespace, persona: PersonaConfig) -> int:
+    """Replay a labeled file per scoring profile; hit@k and recall@k, overall and per label."""
+    lines = read_eval(Path(args.file))
+    chat, embedder, client = connect_models(persona)
+    cache = ModelCache(args.cache or persona.database.parent / "eval-cache.sqlite")
+    try:
+        report = await evaluate(
+            lines, config=persona.memory, embedder=CachedEmbedder(embedder, cache, persona.models.embedding),
+            chat=CachedChat(chat, cache), rater_model=persona.models.rater,
+            profiles=args.profile or list(PROFILES), ks=sorted(set(args.k or [5, 10])), touch=not args.no_touch,
+            name=persona.name,
+        )
+    finally:
+        cache.close()
+        if client is not None:
+            await client.close()
+    report["cache"] = {"hits": cache.hits, "misses": cache.misses}
+    _emit(args, report, eval_lines(report, sorted(set(args.k or [5, 10]))))
+    return 0
+
+
+def eval_lines(report: dict[str, Any], ks: Sequence[int]) -> list[str]:
+    """The eval report as a table: a row per profile and label."""
+    cols = [f"{m}@{k}" for k in ks for m in ("hit", "recall")]
+    lines = [f"{'profile':<8} {'label':<16} {'queries':>7} " + " ".join(f"{c:>9}" for c in cols)]
+    for profile, result in report.items():
+        if profile == "cache":
+            continue
+        rows = [("overall", result["overall"]), *result["labels"].items()]
+        for label, row in rows:
+            lines.append(f"{profile:<8} {label[:16]:<16} {row['queries']:>7} "
+                         + " ".join(f"{row[c]:>9.3f}" for c in cols))
+    cache = report.get("cache", {})
+    lines.append(f"model cache: {cache.get('hits', 0)} hit(s), {cache.get('misses', 0)} miss(es)")
+    return lines
+
+
 async def cmd_bot(args: argparse.Namespace) -> int:
     """Run the Discord bot (the `bot` package, kept out of the core)."""
     runner = importlib.import_module("bot.__main__")
@@ -331,10 +317,15 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Rate, embed and store one observation.")
     p.add_argument("text")
     p.add_argument("--importance", type=_importance, help="skip the rater and use this importance (1-10)")
-    p = sub.add_parser("import", parents=[common, scoped, timed], help="import a JSONL file of observations",
-                       description='Import lines of {"text", "at", optional "stream", "importance"}. '
-                                   "Lines already imported are skipped, so an interrupted import can be re-run.")
+    p = sub.add_parser("import", parents=[common, scoped, timed],
+                       help="import a JSONL file or a DiscordChatExporter JSON export",
+                       description='Import lines of {"text", "at", optional "stream", "importance"}, or a '
+                                   "DiscordChatExporter JSON export of a channel (authors, times and message ids "
+                                   "kept). Everything is validated before anything is stored; messages already "
+                                   "imported are skipped, so an interrupted import can be re-run.")
     p.add_argument("file")
+    p.add_argument("--importance", type=_importance, help="importance for messages that have none (skips the rater)")
+    p.add_argument("--include-bots", action="store_true", help="also import bots' messages (exports)")
     p.add_argument("--reflect", action="store_true", help="reflect whenever a stream crosses the threshold")
     p = sub.add_parser("recall", parents=[common, scoped, timed], help="rank memories for a query (read-only)",
                        description="Rank every memory for a query with its score parts; touches nothing.")
@@ -347,6 +338,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("memory_id", type=int)
     sub.add_parser("stats", parents=[common, scoped], help="counts, importance histogram, model calls",
                    description="Counts, importance histogram, fallback ratings and model calls.")
+    p = sub.add_parser("eval", parents=[common], help="measure retrieval on a labeled file, per scoring profile",
+                       description="Replay a labeled JSONL file (observations with keys, queries with the keys "
+                                   "they expect) through the real pipeline with a replay clock, once per profile, "
+                                   "and report hit@k and recall@k overall and per label. Embeddings and ratings "
+                                   "are cached, so a second run costs no model calls.")
+    p.add_argument("file")
+    p.add_argument("--profile", action="append", choices=PROFILES, help="a scoring profile (repeatable; "
+                                                                        "default: all)")
+    p.add_argument("--k", action="append", type=int, help="a cut-off (repeatable; default: 5 and 10)")
+    p.add_argument("--no-touch", action="store_true", help="queries do not update last access")
+    p.add_argument("--cache", type=Path, help="model cache file (default: eval-cache.sqlite beside the database)")
     sub.add_parser("bot", parents=[common], help="run the persona on Discord (needs DISCORD_TOKEN)",
                    description="Run the persona as a Discord bot (one process per persona).")
     return parser
@@ -358,6 +360,8 @@ async def _run(args: argparse.Namespace) -> int:
     persona: PersonaConfig = load_persona(args.persona)
     if args.db is not None:
         persona = persona.with_database(args.db)
+    if args.command == "eval":
+        return await cmd_eval(args, persona)
     function, needs_models = COMMANDS[args.command]
     clock: Clock = SystemClock() if getattr(args, "at", None) is None else FixedClock(args.at)
     fakes: dict[str, Any] = {} if needs_models else {"chat": _NoModels(), "embedder": _NoModels()}

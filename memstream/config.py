@@ -42,8 +42,20 @@ class StreamConfig:
     min_citations: int = 1
     max_concurrency: int = 8
     embed_batch_size: int = 32
+    profile: str = "spec"
+    recency_from: str = "access"
+    actr_decay: float = 0.5
+    relevance_temperature: float = 0.1
 
     def __post_init__(self) -> None:
+        if self.profile not in ("spec", "actr"):
+            raise ConfigError(f"profile must be one of spec, actr, got {self.profile!r}")
+        if self.recency_from not in ("access", "created", "both"):
+            raise ConfigError(f"recency_from must be one of access, created, both, got {self.recency_from!r}")
+        for name in ("actr_decay", "relevance_temperature"):
+            value = getattr(self, name)
+            if not _is_number(value) or value <= 0:
+                raise ConfigError(f"{name} must be a number > 0, got {value!r}")
         for name in ("weight_recency", "weight_importance", "weight_relevance"):
             value = getattr(self, name)
             if not _is_number(value) or value < 0:
@@ -225,7 +237,9 @@ def _memory(where: str, section: _Section) -> StreamConfig:
     keys = [f.name for f in fields(StreamConfig)]
     for key in keys:
         default = getattr(defaults, key)
-        if isinstance(default, float):
+        if isinstance(default, str):
+            values[key] = section.take(key, _text, default, "must be a string")
+        elif isinstance(default, float):
             values[key] = section.take(key, _number, default, "must be a number")
         else:
             values[key] = section.take(key, _whole, default, "must be a whole number")

@@ -16,6 +16,7 @@ from memstream.clock import Clock, to_timestamp
 from memstream.config import StreamConfig
 from memstream.errors import StoreError
 from memstream.models import Models
+from memstream.profiles import min_max, score_parts
 from memstream.records import ScoredMemory
 from memstream.store import Store
 from memstream.vectors import StreamVectors, VectorIndex
@@ -38,16 +39,6 @@ class Ranked:
     cosine: npt.NDArray[np.float64]
 
 
-def min_max(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """Scale to 0..1 over the stream; where every value is equal, 0.5 for all."""
-    if values.size == 0:
-        return values
-    low, high = float(values.min()), float(values.max())
-    if high - low <= 0.0:
-        return np.full_like(values, 0.5)
-    return (values - low) / (high - low)
-
-
 def _top(score: npt.NDArray[np.float64], created: npt.NDArray[np.float64], ids: npt.NDArray[np.int64],
          k: int) -> npt.NDArray[np.int64]:
     """Rows of the k best scores; ties go to the newer memory (then the higher id)."""
@@ -63,12 +54,10 @@ def _top(score: npt.NDArray[np.float64], created: npt.NDArray[np.float64], ids: 
 
 def rank(vectors: StreamVectors, query: npt.NDArray[np.float32], now: float, config: StreamConfig,
          k: int) -> Ranked:
-    """The spec's score for every memory; the top k rows with their parts."""
+    """The score of every memory (the spec's formula, or the configured profile); the top k rows."""
     cosine = (vectors.embeddings @ query).astype(np.float64)
-    hours = np.maximum(now - vectors.last_accessed, 0.0) / 3600.0
-    recency = np.power(config.decay, hours)
-    importance = vectors.importance.astype(np.float64)
-    parts = min_max(recency), min_max(importance), min_max(cosine)
+    parts = score_parts(config, cosine=cosine, importance=vectors.importance.astype(np.float64),
+                        last_accessed=vectors.last_accessed, created=vectors.created, now=now)
     score = (config.weight_recency * parts[0] + config.weight_importance * parts[1]
              + config.weight_relevance * parts[2])
     rows = _top(score, vectors.created, vectors.ids, k)

@@ -10,12 +10,14 @@ from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import openai
+
 from memstream.agent import Agent
 from memstream.clock import Clock, SystemClock, to_timestamp
 from memstream.config import PersonaConfig, StreamConfig
-from memstream.embed import Embedder, OpenAIEmbedder
+from memstream.embed import Embedder, OpenAIEmbedder, SentenceTransformerEmbedder
 from memstream.errors import ConfigError, ProviderError
-from memstream.llm import ChatModel, OpenAIChat, make_client
+from memstream.llm import ChatModel, Completion, OpenAIChat, make_client
 from memstream.models import Models, RoleModel
 from memstream.rate import Rater, Rating
 from memstream.records import EvidenceNode, Memory, ScoredMemory, Source
@@ -24,7 +26,7 @@ from memstream.retrieve import Retriever, RetrieverLike
 from memstream.store import NewMemory, Store
 from memstream.vectors import VectorIndex
 
-__all__ = ["DEFAULT_STREAM", "MemoryStream", "Observation", "Reply"]
+__all__ = ["DEFAULT_STREAM", "MemoryStream", "Observation", "Reply", "connect_models"]
 
 log = logging.getLogger("memstream")
 DEFAULT_STREAM = "default"
@@ -59,6 +61,39 @@ def _check_importance(value: int | None) -> None:
         raise ConfigError(f"importance must be a whole number from 1 to 10, got {value!r}")
 
 
+class _Unavailable:
+    """A chat model that cannot be reached, saying why when (and only if) it is used."""
+
+    def __init__(self, error: ConfigError) -> None:
+        self.error = error
+
+    async def complete(self, prompt: str, *, model: str) -> Completion:
+        raise ConfigError(str(self.error))
+
+
+def connect_models(persona: PersonaConfig, environ: Mapping[str, str] | None = None
+                   ) -> tuple[ChatModel, Embedder, openai.AsyncOpenAI | None]:
+    """The persona's chat model and embedder: an OpenAI-compatible server, or for an embedding model
+    named `local:NAME`, a local sentence-transformers model (the `local` extra)."""
+    models = persona.models
+    local = models.embedding.startswith("local:")
+    embedder: Embedder
+    try:
+        key = models.api_key(environ)
+    except ConfigError as exc:
+        if not local:
+            raise
+        embedder = SentenceTransformerEmbedder.load(models.embedding.removeprefix("local:"))
+        return _Unavailable(exc), embedder, None
+    client = make_client(base_url=models.resolved_base_url(environ), api_key=key,
+                         timeout=models.timeout, max_retries=models.max_retries)
+    if local:
+        embedder = SentenceTransformerEmbedder.load(models.embedding.removeprefix("local:"))
+    else:
+        embedder = OpenAIEmbedder(client, model=models.embedding, dimensions=models.embedding_dimensions)
+    return OpenAIChat(client), embedder, client
+
+
 class MemoryStream:
     """One persona's memory: every stream of its store, its models, its clock."""
 
@@ -90,12 +125,8 @@ class MemoryStream:
         """Open a persona's store and connect its models (OpenAI-compatible unless fakes are given)."""
         client = None
         if chat is None or embedder is None:
-            models = persona.models
-            client = make_client(base_url=models.resolved_base_url(environ), api_key=models.api_key(environ),
-                                 timeout=models.timeout, max_retries=models.max_retries)
-            chat = chat or OpenAIChat(client)
-            embedder = embedder or OpenAIEmbedder(client, model=models.embedding,
-                                                  dimensions=models.embedding_dimensions)
+            made_chat, made_embedder, client = connect_models(persona, environ)
+            chat, embedder = chat or made_chat, embedder or made_embedder
         try:
             store = await Store.open(persona.database)
         except BaseException:
@@ -164,12 +195,21 @@ class MemoryStream:
         out: list[tuple[int, bool]] = []
         new: list[NewMemory] = []
         slots: list[int] = []
+        first: dict[tuple[str, str], int] = {}  # a message repeated within this batch is stored once
+        twins: list[tuple[int, int]] = []
         for item in items:
             existing = (await self.store.find_message(item.stream, item.source.message_id)
                         if item.source.message_id else None)
             if existing is not None:
                 out.append((existing, False))
                 continue
+            if item.source.message_id:
+                key = (item.stream, item.source.message_id)
+                if key in first:
+                    twins.append((len(out), first[key]))
+                    out.append((-1, False))
+                    continue
+                first[key] = len(out)
             at = to_timestamp(item.at or self.clock.now())
             new.append(NewMemory(stream=item.stream, kind="observation", text=item.text, created_at=at,
                                  importance=item.importance,
@@ -179,6 +219,8 @@ class MemoryStream:
             out.append((-1, True))
         for slot, memory_id in zip(slots, await self.store.insert(new), strict=True):
             out[slot] = (memory_id, True)
+        for slot, earlier in twins:
+            out[slot] = (out[earlier][0], False)
         return out
 
     async def complete_pending(self, limit: int = 1000) -> int:

@@ -1,0 +1,171 @@
+"""Reading observations from files: our JSONL format and DiscordChatExporter's JSON exports.
+
+Every reader validates the whole file before anything is stored, and gives each observation a stable
+message id, so an interrupted import run again stores each line exactly once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from memstream.errors import ConfigError
+from memstream.records import Source
+from memstream.stream import Observation
+
+__all__ = ["HistoryFile", "parse_time", "read_dce", "read_history", "read_jsonl"]
+
+# DiscordChatExporter message types that are people talking (joins, pins, calls... are not).
+_DCE_TALK = {"Default", "Reply", "ThreadStarterMessage"}
+_DM_TYPES = {"DirectTextChat", "DirectGroupTextChat"}
+
+
+@dataclass(frozen=True)
+class HistoryFile:
+    """The observations of one file, in order, and what was skipped."""
+
+    format: str
+    observations: list[Observation]
+    skipped: int = 0
+
+
+def parse_time(text: str) -> datetime:
+    """An ISO-8601 time; without an offset it is taken as UTC."""
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except (ValueError, AttributeError) as exc:
+        raise ConfigError(f"not an ISO-8601 time: {text!r} (e.g. 2024-02-13T17:00:00Z)") from exc
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _fail(path: Path, errors: list[str]) -> ConfigError:
+    more = f"\n… and {len(errors) - 10} more" if len(errors) > 10 else ""
+    return ConfigError(f"{path}: nothing was imported:\n" + "\n".join(errors[:10]) + more)
+
+
+def read_history(path: Path, *, stream: str | None = None, importance: int | None = None,
+                 include_bots: bool = False) -> HistoryFile:
+    """Read a JSONL file or a DiscordChatExporter JSON export (detected from the content)."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from exc
+    head = text.lstrip()[:1]
+    if head == "{":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            data = None  # JSONL whose first line is an object
+        if isinstance(data, dict) and "messages" in data:
+            return read_dce(path, data, stream=stream, importance=importance, include_bots=include_bots)
+    return read_jsonl(path, text, stream=stream, importance=importance)
+
+
+def read_jsonl(path: Path, text: str, *, stream: str | None = None, importance: int | None = None) -> HistoryFile:
+    """Lines of {"text", "at", optional "stream", "importance", "author", "id"}."""
+    found, errors = [], []
+    for number, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            found.append(_jsonl_line(raw, stream, importance))
+        except json.JSONDecodeError as exc:
+            errors.append(f"line {number}: not valid JSON ({exc.msg}, column {exc.colno})")
+        except (ValueError, TypeError, ConfigError) as exc:
+            errors.append(f"line {number}: {exc}")
+    if errors:
+        raise _fail(path, errors)
+    return HistoryFile("jsonl", found)
+
+
+def _check_importance(value: object) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10):
+        raise ValueError(f'"importance" must be a whole number from 1 to 10, got {value!r}')
+    return value
+
+
+def _jsonl_line(raw: str, default_stream: str | None, default_importance: int | None) -> Observation:
+    data = json.loads(raw)
+    if not isinstance(data, dict):
+        raise ValueError("each line must be a JSON object")
+    unknown = set(data) - {"text", "at", "stream", "importance", "author", "id"}
+    if unknown:
+        raise ValueError(f"unknown key(s) {', '.join(sorted(unknown))}; "
+                         "allowed: text, at, stream, importance, author, id")
+    text, at = data.get("text"), data.get("at")
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError('"text" must be a non-empty string')
+    if not isinstance(at, str):
+        raise ValueError('"at" must be an ISO-8601 time string')
+    value = _check_importance(data.get("importance"))
+    stream = data.get("stream", default_stream or "default")
+    if not isinstance(stream, str) or not stream:
+        raise ValueError('"stream" must be a non-empty string')
+    author = data.get("author")
+    if author is not None and not isinstance(author, str):
+        raise ValueError('"author" must be a string')
+    key = str(data.get("id") or hashlib.sha256(raw.strip().encode()).hexdigest()[:24])
+    return Observation(text, stream, parse_time(at), value if value is not None else default_importance,
+                       Source(author=author, message_id=f"import:{key}"))
+
+
+def read_dce(path: Path, data: dict[str, Any], *, stream: str | None = None, importance: int | None = None,
+             include_bots: bool = False) -> HistoryFile:
+    """A DiscordChatExporter JSON export: authors, times and Discord message ids are kept, so messages
+    the bot later sees again are not stored twice."""
+    guild, channel = data.get("guild") or {}, data.get("channel") or {}
+    messages = data.get("messages")
+    if not isinstance(messages, list):
+        raise ConfigError(f"{path}: \"messages\" must be a list")
+    if stream is None:
+        if channel.get("type") in _DM_TYPES or not guild.get("id") or str(guild.get("id")) == "0":
+            raise ConfigError(f"{path}: a direct-message export needs --stream dm:<user id>")
+        stream = f"guild:{guild['id']}"
+    name = str(channel.get("name") or "channel")
+    found: list[Observation] = []
+    errors: list[str] = []
+    skipped = 0
+    for index, message in enumerate(messages):
+        try:
+            observation = _dce_message(message, stream, name, str(channel.get("id") or ""), importance,
+                                       include_bots)
+        except (ValueError, TypeError, KeyError, ConfigError) as exc:
+            errors.append(f"message {index} (id {message.get('id') if isinstance(message, dict) else '?'}): {exc}")
+            continue
+        if observation is None:
+            skipped += 1
+        else:
+            found.append(observation)
+    if errors:
+        raise _fail(path, errors)
+    return HistoryFile("discordchatexporter", found, skipped)
+
+
+def _dce_message(message: dict[str, Any], stream: str, channel: str, channel_id: str, importance: int | None,
+                 include_bots: bool) -> Observation | None:
+    if message.get("type", "Default") not in _DCE_TALK:
+        return None
+    author = message["author"]
+    if author.get("isBot") and not include_bots:
+        return None
+    who = str(author.get("nickname") or author.get("name") or "someone")
+    body = " ".join(part for part in _dce_parts(message) if part).strip()
+    if not body:
+        return None
+    message_id = str(message["id"])
+    return Observation(f"{who} in #{channel}: {body}", stream, parse_time(str(message["timestamp"])), importance,
+                       Source(author=who, author_id=str(author.get("id") or ""), channel=channel,
+                              channel_id=channel_id, message_id=message_id))
+
+
+def _dce_parts(message: dict[str, Any]) -> Iterator[str]:
+    yield str(message.get("content") or "").strip()
+    for attachment in message.get("attachments") or []:
+        yield f"[attachment: {attachment.get('fileName') or attachment.get('url') or 'file'}]"
+    for sticker in message.get("stickers") or []:
+        yield f"[sticker: {sticker.get('name') or 'sticker'}]"
