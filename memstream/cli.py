@@ -288,6 +288,13 @@ COMMANDS: dict[str, tuple[Callable[[MemoryStream, argparse.Namespace], Coroutine
 # -- argument parsing ------------------------------------------------------------------------------
 
 
+def _time(text: str) -> datetime:
+    try:
+        return parse_time(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 def _importance(text: str) -> int:
     value = int(text)
     if not 1 <= value <= 10:
@@ -306,7 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
     scoped = argparse.ArgumentParser(add_help=False)
     scoped.add_argument("--stream", help=f"stream key, e.g. guild:123 or dm:456 (default: {DEFAULT_STREAM})")
     timed = argparse.ArgumentParser(add_help=False)
-    timed.add_argument("--at", type=parse_time, help="act at this ISO-8601 time (replays, imports)")
+    timed.add_argument("--at", type=_time, help="act at this ISO-8601 time (replays, imports)")
 
     parser = argparse.ArgumentParser(prog="memstream", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

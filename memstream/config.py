@@ -45,7 +45,7 @@ class StreamConfig:
     profile: str = "spec"
     recency_from: str = "access"
     actr_decay: float = 0.5
-    relevance_temperature: float = 0.1
+    relevance_temperature: float = 0.05
 
     def __post_init__(self) -> None:
         if self.profile not in ("spec", "actr"):

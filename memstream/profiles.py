@@ -11,10 +11,10 @@ gives nearly a full point to the last day and nearly nothing to everything older
                                                       d = actr_decay (0.5); a never-retrieved memory counts
                                                       its creation only
     importance = ln(importance)                      an importance of 10 is ten times the prior odds of 1
-    relevance  = cosine / relevance_temperature      0.1: a cosine 0.1 higher is e times the odds
+    relevance  = cosine / relevance_temperature      0.05: a cosine 0.05 higher is e times the odds
 
 score = w_rec*recency + w_imp*importance + w_rel*relevance. A power law forgets slowly: going from a day old
-to a month old costs 1.7 units, the same as 0.17 of cosine, so an old, relevant memory stays reachable.
+to a month old costs 1.7 units, the same as 0.085 of cosine, so an old, relevant memory stays reachable.
 """
 
 from __future__ import annotations

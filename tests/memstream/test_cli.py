@@ -1,0 +1,150 @@
+"""The `memstream` command line, against the fake OpenAI server over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memstream.cli import main
+from tests.fakes.openai_server import ChatRequest, FakeOpenAIServer
+
+
+def _persona(tmp_path: Path, base_url: str, threshold: int = 150) -> Path:
+    path = tmp_path / "isabella.toml"
+    path.write_text(
+        '[persona]\nname = "Isabella Rodriguez"\nsummary = "Runs Hobbs Cafe."\n'
+        f'database = "{tmp_path / "isabella.db"}"\n[models]\nbase_url = "{base_url}"\nmax_retries = 0\n'
+        f"[memory]\nreflection_threshold = {threshold}\n", encoding="utf-8")
+    return path
+
+
+def _answer(request: ChatRequest) -> str:
+    prompt = request.prompt
+    if "Reply with a single integer" in prompt:
+        return "7" if "party" in prompt else "1"
+    if "most salient high-level" in prompt:
+        return "What is Isabella planning?\nWho is invited?\nWhat did she eat?"
+    if "high-level insights" in prompt:
+        return "Isabella is planning a party (because of 1)"
+    return "Come to my party!"
+
+
+async def _cli(*argv: str) -> int:
+    return await asyncio.to_thread(main, list(argv))
+
+
+@pytest.fixture
+async def server() -> FakeOpenAIServer:
+    async with FakeOpenAIServer() as running:
+        running.on_chat(_answer)
+        yield running  # type: ignore[misc]
+
+
+async def test_observe_recall_reflect_why_stats(tmp_path: Path, server: FakeOpenAIServer,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    persona = str(_persona(tmp_path, server.base_url))
+    assert await _cli("observe", "Isabella plans a Valentine's party", "--persona", persona,
+                      "--at", "2023-02-13T08:00:00Z", "--json") == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["importance"] == 7 and first["importance_source"] == "rater"
+    assert await _cli("observe", "toast for breakfast", "--persona", persona, "--at", "2023-02-13T12:00:00Z") == 0
+    capsys.readouterr()
+    assert await _cli("recall", "party tonight", "--persona", persona, "--json") == 0
+    ranking = json.loads(capsys.readouterr().out)
+    assert ranking[0]["memory"]["id"] == first["id"]
+    assert set(ranking[0]) >= {"score", "recency", "importance", "relevance"}
+    assert await _cli("reflect", "--persona", persona, "--json") == 0
+    reflection = json.loads(capsys.readouterr().out)
+    [insight] = reflection["insights"]
+    assert await _cli("why", str(insight["id"]), "--persona", persona) == 0
+    tree = capsys.readouterr().out
+    assert "Isabella is planning a party" in tree and f"#{insight['evidence'][0]}" in tree
+    assert await _cli("stats", "--persona", persona, "--stream", "default", "--json") == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["observations"] == 2 and stats["reflections"] == 1
+    assert stats["usage"]["rater"]["calls"] == 2 and stats["usage"]["reflector"]["calls"] == 2
+
+
+async def test_import_is_validated_whole_and_resumable(tmp_path: Path, server: FakeOpenAIServer,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    persona = str(_persona(tmp_path, server.base_url))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "ok", "at": "2023-01-01T00:00:00Z"}\n{"text": "", "at": "x"}\nnot json\n')
+    assert await _cli("import", str(bad), "--persona", persona) == 2
+    err = capsys.readouterr().err
+    assert "line 2" in err and "line 3" in err and "nothing was imported" in err
+    assert await _cli("stats", "--persona", persona, "--json") == 0
+    assert json.loads(capsys.readouterr().out)["observations"] == 0
+
+    good = tmp_path / "good.jsonl"
+    lines = [{"text": f"note {i}", "at": f"2023-01-01T00:{i:02d}:00Z", "importance": 2} for i in range(40)]
+    good.write_text("".join(json.dumps(line) + "\n" for line in lines[:25]))
+    assert await _cli("import", str(good), "--persona", persona) == 0
+    good.write_text("".join(json.dumps(line) + "\n" for line in lines))  # the rest of an interrupted file
+    assert await _cli("import", str(good), "--persona", persona, "--json") == 0
+    capsys.readouterr()
+    assert await _cli("stats", "--persona", persona, "--json") == 0
+    assert json.loads(capsys.readouterr().out)["observations"] == 40
+    assert not server.chat_requests  # given importances skip the rater
+
+
+async def test_chat_observes_and_answers_each_line(tmp_path: Path, server: FakeOpenAIServer) -> None:
+    persona = str(_persona(tmp_path, server.base_url))
+    result = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "memstream", "chat", "--persona", persona, "--as", "Maria"],
+        input="what are you doing tonight?\n\nsee you!\n", capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["Isabella Rodriguez: Come to my party!"] * 2
+    agent = [r.prompt for r in server.chat_requests if "What do you do or say next?" in r.prompt]
+    assert len(agent) == 2 and 'Maria says to you: "see you!"' in agent[1]
+    assert "Maria: what are you doing tonight?" in agent[1]  # the first line became a memory
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["observe", "x"], "OPENAI_API_KEY is not set"),
+    (["observe", "x", "--persona", "/nonexistent.toml"], "no such persona file"),
+    (["recall", "x", "--at", "yesterday"], "not an ISO-8601 time"),
+])
+def test_errors_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                             argv: list[str], message: str) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.setenv("MEMSTREAM_DATA_DIR", str(tmp_path))
+    persona = tmp_path / "p.toml"
+    persona.write_text('[persona]\nname = "P"\nsummary = "S"\n')
+    if "--persona" not in argv:
+        argv = [*argv, "--persona", str(persona)]
+    with pytest.raises(SystemExit) if "--at" in argv else _nothing():
+        code = main(argv)
+        assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "Traceback" not in err and len(err.splitlines()) <= 4
+
+
+def test_an_unreachable_server_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    persona = str(_persona(tmp_path, "http://127.0.0.1:9/v1"))
+    assert main(["observe", "hello", "--persona", persona]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "cannot reach the model server at http://127.0.0.1:9/v1" in err
+    assert "kept" in err  # the observation itself is not lost
+
+
+def test_every_command_has_help(capsys: pytest.CaptureFixture[str]) -> None:
+    for command in ("chat", "observe", "import", "recall", "reflect", "why", "stats", "eval", "bot"):
+        with pytest.raises(SystemExit) as done:
+            main([command, "--help"])
+        assert done.value.code == 0
+        assert "usage: memstream " + command in capsys.readouterr().out
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return False
