@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import re
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from pathlib import Path
 
 from memstream.errors import MissingVariables, PromptError
@@ -44,11 +42,9 @@ class Prompt:
 
 
 def _prompt_dirs() -> list[Path]:
-    source_tree = Path(__file__).resolve().parent.parent / "prompts"
-    dirs = [source_tree] if source_tree.is_dir() else []
-    with contextlib.suppress(ModuleNotFoundError, TypeError):
-        dirs.append(Path(str(resources.files("memstream.prompts"))))
-    return dirs
+    here = Path(__file__).resolve().parent
+    # The source tree's prompts/, then the copy shipped inside the wheel.
+    return [d for d in (here.parent / "prompts", here / "prompt_templates") if d.is_dir()]
 
 
 @cache
