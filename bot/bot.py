@@ -57,6 +57,10 @@ class PersonaBot(commands.Bot):
         self._synced: set[int] = set()
         self._channels: dict[int, object] = {}
 
+    async def process_commands(self, message: discord.Message) -> None:
+        """No text commands: a mention is a message to the persona (ChatCog answers it), never a command
+        to look up (which would log "CommandNotFound" with a traceback for every mention)."""
+
     async def setup_hook(self) -> None:
         """Load the cogs, start the scheduler, sync commands to the configured servers."""
         for name in COGS:

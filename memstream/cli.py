@@ -126,6 +126,8 @@ async def cmd_import(memory: MemoryStream, args: argparse.Namespace) -> int:
     history = read_history(Path(args.file), stream=args.stream if args.stream_given else None,
                            importance=args.importance, include_bots=args.include_bots)
     lines = history.observations
+    # A run that was interrupted left its last lines pending: finish them (its stored lines are skipped).
+    await memory.complete_pending()
     stored = pending = 0
     chunk = 256
     for start in range(0, len(lines), chunk):
@@ -191,6 +193,36 @@ async def cmd_why(memory: MemoryStream, args: argparse.Namespace) -> int:
     return 0
 
 
+def _forget_selection(args: argparse.Namespace) -> None:
+    """Exactly one thing to forget (checked before the database is opened)."""
+    if sum([bool(args.author), bool(args.message), bool(args.memory_ids), args.all]) != 1:
+        raise ConfigError("say what to forget: --author USER_ID, --message MESSAGE_ID, memory ids, "
+                          "or --stream KEY --all")
+    if args.all and not args.stream_given:
+        raise ConfigError("--all forgets one whole stream: give it with --stream KEY")
+
+
+async def cmd_forget(memory: MemoryStream, args: argparse.Namespace) -> int:
+    """Honour a deletion request: a user's messages, Discord messages, memory ids, or a whole stream."""
+    _forget_selection(args)
+    stream = args.stream if args.stream_given else None
+    if args.all and stream is not None:
+        removed = await memory.purge(stream)
+        _emit(args, {"stream": stream, "memories": removed}, [f"stream {stream}: {removed} memory(ies) forgotten"])
+        return 0
+    gone: list[int] = []
+    if args.author:
+        for key in [stream] if stream is not None else await memory.store.streams():
+            gone += await memory.forget_author(key, args.author)
+    elif args.message:
+        gone = await memory.forget_messages(args.message)
+    else:
+        gone = await memory.forget(args.memory_ids, stream=stream)
+    _emit(args, {"forgotten": gone}, [f"forgotten: {len(gone)} memory(ies), with the insights and replies "
+                                      "built on them; no copy of their text is left in the database file"])
+    return 0
+
+
 async def cmd_stats(memory: MemoryStream, args: argparse.Namespace) -> int:
     """Counts, histogram, fallbacks, reflection progress and model calls."""
     stream = args.stream if args.stream_given else None
@@ -199,7 +231,8 @@ async def cmd_stats(memory: MemoryStream, args: argparse.Namespace) -> int:
     hist = data["histogram"]
     lines = [f"streams: {', '.join(data['streams']) or '(none)'}",
              f"observations {data['observations']}, reflections {data['reflections']}, "
-             f"pending {data['pending']}, fallback ratings {data['fallback']}",
+             f"pending {data['pending']} ({data['failed_attempts']} failed attempt(s), next retry "
+             f"{data['next_retry_at'] or 'now'}), fallback ratings {data['fallback']}",
              "importance: " + " ".join(f"{k}:{v}" for k, v in hist.items())]
     if stream is not None:
         lines.append(f"towards next reflection: {data['importance_since_reflection']}/"
@@ -207,7 +240,10 @@ async def cmd_stats(memory: MemoryStream, args: argparse.Namespace) -> int:
                      f"skipped {data['reflections_skipped']})")
     for role, usage in data["usage"].items():
         lines.append(f"{role}: {usage['calls']} call(s), {usage['failures']} failed, "
+                     f"{data['retries'].get(role, 0)} retried, "
                      f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion tokens")
+    if data["faults"]:
+        lines.append("faults: " + ", ".join(f"{kind.replace('_', ' ')} {n}" for kind, n in data["faults"].items()))
     _emit(args, data, lines)
     return 0
 
@@ -281,7 +317,7 @@ COMMANDS: dict[str, tuple[Callable[[MemoryStream, argparse.Namespace], Coroutine
     # name: (function, needs models)
     "observe": (cmd_observe, True), "import": (cmd_import, True), "recall": (cmd_recall, True),
     "reflect": (cmd_reflect, True), "why": (cmd_why, False), "stats": (cmd_stats, False),
-    "chat": (cmd_chat, True),
+    "chat": (cmd_chat, True), "forget": (cmd_forget, False),
 }
 
 
@@ -302,6 +338,19 @@ def _importance(text: str) -> int:
     return value
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {value}")
+    return value
+
+
+def _stream_key(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must be a non-empty key such as guild:123, dm:456 or default")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every command."""
     common = argparse.ArgumentParser(add_help=False)
@@ -311,7 +360,8 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_argument("-v", "--verbose", action="store_true", help="log what happens")
     scoped = argparse.ArgumentParser(add_help=False)
-    scoped.add_argument("--stream", help=f"stream key, e.g. guild:123 or dm:456 (default: {DEFAULT_STREAM})")
+    scoped.add_argument("--stream", type=_stream_key,
+                        help=f"stream key, e.g. guild:123 or dm:456 (default: {DEFAULT_STREAM})")
     timed = argparse.ArgumentParser(add_help=False)
     timed.add_argument("--at", type=_time, help="act at this ISO-8601 time (replays, imports)")
 
@@ -337,12 +387,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("recall", parents=[common, scoped, timed], help="rank memories for a query (read-only)",
                        description="Rank every memory for a query with its score parts; touches nothing.")
     p.add_argument("query")
-    p.add_argument("-k", type=int, help="how many (default: the persona's k)")
+    p.add_argument("-k", type=_positive, help="how many (default: the persona's k)")
     sub.add_parser("reflect", parents=[common, scoped, timed], help="reflect now",
                    description="Run one reflection on a stream now and show the insights with their evidence.")
     p = sub.add_parser("why", parents=[common, scoped], help="the evidence tree of a memory",
                        description="Show a reflection's evidence, down to the observations.")
     p.add_argument("memory_id", type=int)
+    p = sub.add_parser("forget", parents=[common, scoped], help="delete a user's data (deletion requests)",
+                       description="Forget what a user said (--author, in every stream unless --stream is given), "
+                                   "some Discord messages (--message), some memories (ids), or a whole stream "
+                                   "(--stream KEY --all), with every insight, reply and reply trace built on it. "
+                                   "No copy of the text stays in the database file.")
+    p.add_argument("memory_ids", nargs="*", type=int, help="memory ids")
+    p.add_argument("--author", help="a Discord user id: everything they said")
+    p.add_argument("--message", action="append", help="a Discord message id (repeatable)")
+    p.add_argument("--all", action="store_true", help="the whole stream given with --stream")
     sub.add_parser("stats", parents=[common, scoped], help="counts, importance histogram, model calls",
                    description="Counts, importance histogram, fallback ratings and model calls.")
     p = sub.add_parser("eval", parents=[common], help="measure retrieval on a labeled file, per scoring profile",
@@ -370,6 +429,8 @@ async def _run(args: argparse.Namespace) -> int:
     if args.command == "eval":
         return await cmd_eval(args, persona)
     function, needs_models = COMMANDS[args.command]
+    if args.command == "forget":
+        _forget_selection(args)
     clock: Clock = SystemClock() if getattr(args, "at", None) is None else FixedClock(args.at)
     fakes: dict[str, Any] = {} if needs_models else {"chat": _NoModels(), "embedder": _NoModels()}
     memory = await MemoryStream.open(persona, clock=clock, **fakes)
@@ -387,6 +448,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.stream = DEFAULT_STREAM
     logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR,
                         format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("aiosqlite").setLevel(logging.INFO)  # its DEBUG lines carry every statement's values
     try:
         return asyncio.run(_run(args))
     except MemstreamError as exc:

@@ -40,7 +40,7 @@ class StreamConfig:
     reflection_threshold: int = 150
     recent_for_questions: int = 100
     min_citations: int = 1
-    max_concurrency: int = 8
+    max_concurrency: int = 16  # model calls in flight while absorbing a burst (rating and embedding)
     embed_batch_size: int = 32
     profile: str = "spec"
     recency_from: str = "access"

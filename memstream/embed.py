@@ -15,7 +15,7 @@ import openai
 from memstream.errors import ConfigError, EmbeddingError
 from memstream.llm import describe, map_provider_errors
 
-__all__ = ["Embedder", "OpenAIEmbedder", "SentenceTransformerEmbedder", "TokenMeter", "normalize_rows"]
+__all__ = ["Embedder", "OpenAIEmbedder", "RetryMeter", "SentenceTransformerEmbedder", "TokenMeter", "normalize_rows"]
 
 Matrix = npt.NDArray[np.float32]
 
@@ -31,6 +31,13 @@ class TokenMeter(Protocol):
     """An embedder that can tell how many tokens it used since the last time it was asked."""
 
     def take_tokens(self) -> int: ...
+
+
+@runtime_checkable
+class RetryMeter(Protocol):
+    """An embedder that can tell how many failed requests its client retried since it was last asked."""
+
+    def take_retries(self) -> int: ...
 
 
 def normalize_rows(matrix: npt.ArrayLike) -> Matrix:
@@ -51,6 +58,7 @@ class OpenAIEmbedder:
                  batch_size: int = 256) -> None:
         self.client, self.model, self.dimensions, self.batch_size = client, model, dimensions, batch_size
         self._tokens = 0
+        self._retries = 0
 
     async def embed_batch(self, texts: Sequence[str]) -> Matrix:
         """Vectors for `texts`, in order."""
@@ -67,7 +75,9 @@ class OpenAIEmbedder:
         inputs = [text if text.strip() else " " for text in texts]
         extra: dict[str, Any] = {} if self.dimensions is None else {"dimensions": self.dimensions}
         with map_provider_errors(EmbeddingError, where):
-            response = await self.client.embeddings.create(model=self.model, input=inputs, **extra)
+            raw = await self.client.embeddings.with_raw_response.create(model=self.model, input=inputs, **extra)
+            self._retries += raw.retries_taken
+            response = raw.parse()
             data = sorted(response.data, key=lambda item: item.index)
             if response.usage:
                 self._tokens += response.usage.total_tokens
@@ -77,6 +87,11 @@ class OpenAIEmbedder:
         """Tokens used since the last call."""
         tokens, self._tokens = self._tokens, 0
         return tokens
+
+    def take_retries(self) -> int:
+        """Requests retried since the last call."""
+        retries, self._retries = self._retries, 0
+        return retries
 
 
 def _packaged(name: str) -> str:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import logging
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -11,7 +13,7 @@ import openai
 
 from memstream.errors import CompletionError, ProviderError
 
-__all__ = ["ChatModel", "Completion", "OpenAIChat", "make_client", "map_provider_errors"]
+__all__ = ["ChatModel", "Completion", "OpenAIChat", "make_client", "map_provider_errors", "redact_url"]
 
 
 @dataclass(frozen=True)
@@ -21,6 +23,7 @@ class Completion:
     text: str
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    retries: int = 0  # failed attempts the client retried before this reply
 
 
 class ChatModel(Protocol):
@@ -29,8 +32,31 @@ class ChatModel(Protocol):
     async def complete(self, prompt: str, *, model: str) -> Completion: ...
 
 
+_USERINFO = re.compile(r"(://[^/:@\s]*:)[^/@\s]*@")
+
+
+def redact_url(text: str) -> str:
+    """Text with the password of any user:password@ URL in it masked."""
+    return _USERINFO.sub(r"\1***@", text)
+
+
+class _RedactUrls(logging.Filter):
+    """The HTTP client logs each request's URL at INFO: never with a password a base_url may carry."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "@" in message:
+            record.msg, record.args = redact_url(message), ()
+        return True
+
+
 def make_client(*, base_url: str | None, api_key: str, timeout: float, max_retries: int) -> openai.AsyncOpenAI:
     """An AsyncOpenAI client for OpenAI, Ollama, vLLM, LM Studio or a llama.cpp server."""
+    if base_url and _USERINFO.search(base_url):
+        for name in ("httpx2", "httpx", "openai"):
+            target = logging.getLogger(name)
+            if not any(isinstance(f, _RedactUrls) for f in target.filters):
+                target.addFilter(_RedactUrls())
     return openai.AsyncOpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries)
 
 
@@ -59,7 +85,7 @@ def map_provider_errors(kind: type[ProviderError], where: str) -> Iterator[None]
 
 def describe(client: openai.AsyncOpenAI, model: str) -> str:
     """A short name for a model on a server, for error messages."""
-    return f"the model server at {str(client.base_url).rstrip('/')} (model {model})"
+    return f"the model server at {redact_url(str(client.base_url)).rstrip('/')} (model {model})"
 
 
 class OpenAIChat:
@@ -73,10 +99,11 @@ class OpenAIChat:
         """One user message in, the first choice's text out."""
         where = describe(self.client, model)
         with map_provider_errors(CompletionError, where):
-            response = await self.client.chat.completions.create(
+            raw = await self.client.chat.completions.with_raw_response.create(
                 model=model, messages=[{"role": "user", "content": prompt}],
                 temperature=openai.omit if self.temperature is None else self.temperature,
             )
+            response = raw.parse()
             if not response.choices:
                 raise CompletionError(f"{where} returned no choices", retryable=True)
             text = response.choices[0].message.content or ""
@@ -85,6 +112,7 @@ class OpenAIChat:
             text=text,
             prompt_tokens=usage.prompt_tokens if usage else 0,
             completion_tokens=usage.completion_tokens if usage else 0,
+            retries=raw.retries_taken,
         )
 
 

@@ -55,5 +55,6 @@ class Rater:
                 return Rating(value, "rater")
             replies.append(reply)
         log.warning("rater gave no integer 1..10 twice (%s); importance %d used as a fallback",
-                    ", ".join(repr(r[:40]) for r in replies), FALLBACK_IMPORTANCE)
+                    ", ".join(repr(r[:20]) for r in replies), FALLBACK_IMPORTANCE)
+        await self.models.store.count_fault(stream, "rating_fallback")
         return Rating(FALLBACK_IMPORTANCE, "fallback")

@@ -14,7 +14,7 @@ from memstream.models import Models
 from memstream.prompts import load_prompt, one_line, tag_safe
 from memstream.records import Memory, ScoredMemory
 from memstream.retrieve import RetrieverLike
-from memstream.store import NewMemory, Store
+from memstream.store import NewMemory, Store, deferred_touches
 
 __all__ = ["Insight", "Reflection", "Reflector", "parse_citations", "parse_insights", "parse_questions"]
 
@@ -99,7 +99,12 @@ class Reflector:
         self.insights_prompt = load_prompt("reflection_insights")
 
     async def reflect(self, stream: str, *, at: datetime) -> Reflection:
-        """One reflection. Insights, evidence and the importance reset are committed together."""
+        """One reflection. Insights, evidence, the importance reset and the last-access times its retrievals
+        set are committed together: a reflection that fails or is killed changes nothing."""
+        with deferred_touches() as touches:
+            return await self._reflect(stream, at, touches)
+
+    async def _reflect(self, stream: str, at: datetime, touches: dict[int, float]) -> Reflection:
         recent = list(reversed(await self.store.recent(stream, self.config.recent_for_questions)))
         if not recent:
             return Reflection(stream, [], [], skipped="the stream has no memories yet")
@@ -110,9 +115,15 @@ class Reflector:
         )
         questions = parse_questions(reply)
         if not questions:
-            log.warning("reflection on %s skipped: the questions reply had no questions", stream)
+            log.warning("reflection on %s skipped: the questions reply had no questions; it is tried again at "
+                        "the next check", stream)
             await self.store.count_skipped_reflection(stream)
             return Reflection(stream, [], [], skipped="the reflector returned no questions")
+        lines = sum(1 for line in reply.splitlines() if _BULLET.sub("", line).strip())
+        if lines > QUESTIONS:
+            log.warning("reflection on %s: the questions reply had %d lines, the first %d are used", stream, lines,
+                        QUESTIONS)
+            await self.store.count_fault(stream, "questions_trimmed")
         statements = await self._gather(questions, stream=stream, at=at)
         result = Reflection(stream, questions, statements)
         numbered = "\n".join(f"{i}. {tag_safe(one_line(m.text))}" for i, m in enumerate(statements, 1))
@@ -121,7 +132,9 @@ class Reflector:
             numbered_retrieved_memories=numbered,
         ), stream=stream)
         kept = self._keep(parse_insights(reply, len(statements)), result)
-        await self._save(result, kept, at)
+        if result.dropped:
+            await self.store.count_fault(stream, "insight_dropped", len(result.dropped))
+        await self._save(result, kept, at, touches)
         return result
 
     async def _gather(self, questions: Sequence[str], *, stream: str, at: datetime) -> list[Memory]:
@@ -136,14 +149,14 @@ class Reflector:
         kept = []
         for insight in insights:
             if len(insight.citations) < self.config.min_citations:
-                log.info("insight dropped, %d citation(s) < %d: %r", len(insight.citations),
-                         self.config.min_citations, insight.text[:80])
+                log.warning("insight dropped, %d valid citation(s) < %d: %r", len(insight.citations),
+                            self.config.min_citations, insight.text[:80])
                 result.dropped.append(insight.text)
             else:
                 kept.append(insight)
         return kept
 
-    async def _save(self, result: Reflection, kept: list[Insight], at: datetime) -> None:
+    async def _save(self, result: Reflection, kept: list[Insight], at: datetime, touches: dict[int, float]) -> None:
         now = to_timestamp(at)
         vectors = await self.models.embed([i.text for i in kept], stream=result.stream) if kept else None
         rows = []
@@ -156,6 +169,6 @@ class Reflector:
                 depth=1 + max(m.depth for m in cited), embedding=None if vectors is None else vectors[n],
             )
             rows.append((new, [m.id for m in cited]))
-        ids = await self.store.save_reflection(result.stream, rows, now)
+        ids = await self.store.save_reflection(result.stream, rows, now, touches)
         result.evidence = {i: cited for i, (_, cited) in zip(ids, rows, strict=True)}
         result.insights = list((await self.store.get_many(ids)).values())

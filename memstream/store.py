@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import ctypes
 import json
+import logging
+import mmap
 import re
+import threading
 import types
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +28,41 @@ from memstream.clock import from_timestamp
 from memstream.errors import MemoryNotFound, MigrationError, StoreError
 from memstream.records import EvidenceNode, Memory, Source
 
-__all__ = ["Migration", "NewMemory", "Store", "StreamArrays", "sqlite_module"]
+__all__ = ["Migration", "NewMemory", "Store", "StreamArrays", "deferred_touches", "retry_delay", "sqlite_module"]
 
+log = logging.getLogger("memstream.store")
 _COLUMNS = ("id, stream, kind, text, created_at, last_accessed_at, importance, importance_source, depth, "
             "author, author_id, channel, channel_id, message_id, status")
 _MIGRATION_NAME = re.compile(r"^(\d+)_(\w+)\.sql$")
+# A pending observation whose model calls failed waits RETRY_BASE * 2**(failures - 1) seconds, at most
+# RETRY_CAP, before it is tried again (a restart tries every pending observation at once).
+RETRY_BASE_SECONDS = 30.0
+RETRY_CAP_SECONDS = 900.0
+_touches: ContextVar[dict[int, float] | None] = ContextVar("memstream_deferred_touches", default=None)
+
+
+def retry_delay(failures: int) -> float:
+    """Seconds before the next attempt at a pending observation that has failed `failures` times."""
+    return min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * 2.0 ** min(max(failures - 1, 0), 30))
+
+
+@contextlib.contextmanager
+def deferred_touches() -> Iterator[dict[int, float]]:
+    """Inside this block (in this task), Store.touch collects last-access updates instead of writing them.
+
+    A reflection commits what its retrievals touched together with its insights (save_reflection), so a
+    reflection that fails or is killed leaves every last-access time as it was.
+    """
+    outer = _touches.get()
+    if outer is not None:  # nested: the outer block commits
+        yield outer
+        return
+    collected: dict[int, float] = {}
+    token = _touches.set(collected)
+    try:
+        yield collected
+    finally:
+        _touches.reset(token)
 
 
 @cache
@@ -61,10 +96,9 @@ class Migration:
 
 
 def _migration_dir() -> Path:
-    source_tree = Path(__file__).resolve().parent.parent / "migrations"
-    if source_tree.is_dir():
-        return source_tree
-    return Path(str(resources.files("memstream.migrations")))
+    here = Path(__file__).resolve().parent
+    source_tree = here.parent / "migrations"
+    return source_tree if source_tree.is_dir() else here / "migrations"  # in the wheel
 
 
 def all_migrations(directory: Path | None = None) -> list[Migration]:
@@ -120,6 +154,111 @@ class StreamArrays:
     importance: npt.NDArray[np.float32]
     last_accessed: npt.NDArray[np.float64]
     created: npt.NDArray[np.float64]
+    inverse_norms: npt.NDArray[np.float32] | None = None  # 1/|row| (0 for a zero row), if known
+
+
+# NOT INDEXED: walk the table in id order over a range of ids, not the stream index in time order.
+_SELECT_READY = ("SELECT id, importance, last_accessed_at, created_at, embedding FROM memories NOT INDEXED "
+                 "WHERE stream = ? AND status = 'ready' AND id BETWEEN ? AND ?")
+_LOAD_CHUNK = 4096
+
+
+_MADV_POPULATE_WRITE = 23  # Linux 5.14+; not exported by Python 3.11's mmap module
+
+
+def inverse_norms(matrix: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """1 / the Euclidean norm of each row (summed in float64), 0 for a zero row."""
+    squares = np.einsum("ij,ij->i", matrix, matrix, dtype=np.float64)
+    inv = np.zeros(len(matrix), np.float64)
+    np.divide(1.0, np.sqrt(squares), out=inv, where=squares > 0.0)
+    out: npt.NDArray[np.float32] = inv.astype(np.float32)
+    return out
+
+
+def large_empty(shape: tuple[int, int], *, populate: bool = False) -> npt.NDArray[np.float32]:
+    """An uninitialized float32 matrix; a large one in transparent huge pages where Linux offers them.
+
+    Touching 1.5 GB of fresh memory costs 1-3 s of page faults on this kind of VM. With `populate`, a
+    background thread has the kernel map the pages ahead of the writer (without writing to them), while
+    the writer spends its time in SQLite.
+    """
+    size = shape[0] * shape[1] * 4
+    if size < 1 << 24 or not hasattr(mmap, "MADV_HUGEPAGE"):
+        return np.empty(shape, np.float32)
+    region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    with contextlib.suppress(OSError):
+        region.madvise(mmap.MADV_HUGEPAGE)
+    matrix = np.frombuffer(region, dtype=np.float32).reshape(shape)  # the array keeps the mapping alive
+    if populate:
+        threading.Thread(target=_populate, args=(matrix,), daemon=True).start()
+    return matrix
+
+
+def _populate(matrix: npt.NDArray[np.float32]) -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)  # ctypes releases the GIL during the call
+        madvise = libc.madvise
+        madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    except (OSError, AttributeError):
+        return
+    base, total, step = matrix.ctypes.data, matrix.nbytes, 32 << 20
+    for offset in range(0, total, step):
+        if madvise(base + offset, min(step, total - offset), _MADV_POPULATE_WRITE) != 0:
+            return  # an older kernel: the writer takes the page faults itself
+
+
+class _Sink:
+    """Preallocated columns filled chunk by chunk; `arrays` returns the filled part without a copy."""
+
+    def __init__(self, capacity: int, dim: int) -> None:
+        self.capacity, self.width, self.n = capacity, dim * 4, 0
+        self.ids = np.empty(capacity, np.int64)
+        self.importance = np.empty(capacity, np.float32)
+        self.last = np.empty(capacity, np.float64)
+        self.created = np.empty(capacity, np.float64)
+        self.embeddings = large_empty((capacity, dim), populate=True)
+        self.inverse_norms = np.empty(capacity, np.float32)
+
+    def _reserve(self, count: int) -> tuple[int, int]:
+        start, end = self.n, self.n + count
+        if end > self.capacity:
+            raise StoreError("the stream grew while it was being loaded; try again")
+        return start, end
+
+    def put(self, rows: Sequence[Sequence[Any]]) -> None:
+        """Copy a chunk of (id, importance, last access, created, embedding) rows in."""
+        start, end = self._reserve(len(rows))
+        self.ids[start:end] = [r[0] for r in rows]
+        self.importance[start:end] = [r[1] for r in rows]
+        self.last[start:end] = [r[2] for r in rows]
+        self.created[start:end] = [r[3] for r in rows]
+        flat, width, offset = self.embeddings.data.cast("B"), self.width, start * self.width
+        for r in rows:
+            blob = r[4]
+            if len(blob) != width:
+                raise StoreError(f"memory #{r[0]} has an embedding of {len(blob)} bytes, expected {width}")
+            flat[offset:offset + width] = blob
+            offset += width
+        self.inverse_norms[start:end] = inverse_norms(self.embeddings[start:end])
+        self.n = end
+
+    def arrays(self) -> StreamArrays:
+        """The filled rows as StreamArrays (views)."""
+        n = self.n
+        return StreamArrays(self.ids[:n], self.embeddings[:n], self.importance[:n], self.last[:n],
+                            self.created[:n], self.inverse_norms[:n])
+
+
+_INSERT = ("INSERT INTO memories (stream, kind, text, created_at, last_accessed_at, importance, importance_source, "
+           "depth, author, author_id, channel, channel_id, message_id, status, embedding) "
+           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+
+
+def _insert_row(m: NewMemory) -> tuple[Any, ...]:
+    ready = m.importance is not None and m.embedding is not None
+    return (m.stream, m.kind, m.text, m.created_at, m.created_at, m.importance, m.importance_source, m.depth,
+            m.source.author, m.source.author_id, m.source.channel, m.source.channel_id, m.source.message_id,
+            "ready" if ready else "pending", None if m.embedding is None else to_blob(m.embedding))
 
 
 def to_blob(vector: npt.NDArray[np.float32]) -> bytes:
@@ -144,6 +283,8 @@ class Store:
     def __init__(self, conn: aiosqlite.Connection, path: str) -> None:
         self.conn, self.path = conn, path
         self._in_transaction = False
+        self._owner: asyncio.Task[Any] | None = None
+        self._lock = asyncio.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -192,20 +333,31 @@ class Store:
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
-        """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any error; nested uses join the outer one."""
-        if self._in_transaction:
+        """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any error; nested uses (same task) join the outer one.
+
+        Tasks sharing this connection take turns: another task's transaction waits for ours to end,
+        instead of beginning inside it (an error) or silently joining it.
+        """
+        task = asyncio.current_task()
+        if self._in_transaction and self._owner is task:
             yield
             return
-        await self.conn.execute("BEGIN IMMEDIATE")
-        self._in_transaction = True
-        try:
-            yield
-        except BaseException:
-            self._in_transaction = False
-            await self.conn.execute("ROLLBACK")
-            raise
-        self._in_transaction = False
-        await self.conn.execute("COMMIT")
+        async with self._lock:
+            self._owner = task
+            try:
+                await self.conn.execute("BEGIN IMMEDIATE")
+                self._in_transaction = True
+                try:
+                    yield
+                except BaseException:
+                    self._in_transaction = False
+                    await self.conn.execute("ROLLBACK")
+                    raise
+                self._in_transaction = False
+                await self.conn.execute("COMMIT")
+            finally:
+                self._in_transaction = False
+                self._owner = None
 
     # -- migrations ------------------------------------------------------------------------------
 
@@ -258,24 +410,78 @@ class Store:
             await self.set_meta("embedding_dimensions", str(dims.pop()))
 
     async def insert(self, memories: Sequence[NewMemory]) -> list[int]:
-        """Append memories (pending ones have no importance or embedding yet); one transaction."""
-        ids = []
+        """Append memories (pending ones have no importance or embedding yet); one transaction.
+
+        One executemany for the lot: inside our write transaction each new row gets the largest id so
+        far plus one (SQLite's rule while ids are below 2**63 - 1), so the ids are known without a
+        round trip per row.
+        """
+        if not memories:
+            return []
+        rows = [_insert_row(m) for m in memories]
         async with self.transaction():
             await self._check_dimensions(m.embedding for m in memories)
-            for m in memories:
-                ready = m.importance is not None and m.embedding is not None
-                cursor = await self.conn.execute(
-                    "INSERT INTO memories (stream, kind, text, created_at, last_accessed_at, importance, "
-                    "importance_source, depth, author, author_id, channel, channel_id, message_id, status, "
-                    "embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (m.stream, m.kind, m.text, m.created_at, m.created_at, m.importance, m.importance_source,
-                     m.depth, m.source.author, m.source.author_id, m.source.channel, m.source.channel_id,
-                     m.source.message_id, "ready" if ready else "pending",
-                     None if m.embedding is None else to_blob(m.embedding)),
-                )
+            async with self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM memories") as cur:
+                row = await cur.fetchone()
+            top = int(row[0]) if row else 0
+            if top + len(rows) < 2**63 - 1:
+                await self.conn.executemany(_INSERT, rows)
+                return list(range(top + 1, top + len(rows) + 1))
+            ids = []
+            for values in rows:
+                cursor = await self.conn.execute(_INSERT, values)
                 assert cursor.lastrowid is not None
                 ids.append(cursor.lastrowid)
-        return ids
+            return ids
+
+    async def complete_many(self, stream: str, items: Sequence[tuple[int, int, str, npt.NDArray[np.float32]]],
+                            usage: Sequence[tuple[str, str, int, int, int, int, int]] = ()) -> list[int]:
+        """Make pending memories of one stream ready, add their importance to the stream's total and record
+        model usage, in one transaction; returns the ids completed (not those deleted meanwhile).
+
+        `items` are (id, importance, importance source, embedding); `usage` rows as in record_usage_many.
+        """
+        ids = [item[0] for item in items]
+        if not ids:
+            await self.record_usage_many(usage)
+            return []
+        async with self.transaction():
+            await self._check_dimensions(vector for *_, vector in items)
+            async with self.conn.execute(
+                f"SELECT id FROM memories WHERE status = 'pending' AND stream = ? AND id IN "
+                f"({','.join('?' * len(ids))})", (stream, *ids)
+            ) as cur:
+                completed = {int(row[0]) for row in await cur.fetchall()}  # not deleted meanwhile
+            await self.conn.executemany(
+                "UPDATE memories SET importance = ?, importance_source = ?, embedding = ?, status = 'ready' "
+                "WHERE id = ? AND status = 'pending'",
+                [(importance, source, to_blob(vector), memory_id) for memory_id, importance, source, vector in items
+                 if memory_id in completed],
+            )
+            done = [memory_id for memory_id in ids if memory_id in completed]
+            total = sum(importance for memory_id, importance, *_ in items if memory_id in completed)
+            if done:
+                await self.add_importance(stream, total)
+            await self.record_usage_many(usage)
+        return done
+
+    async def find_messages(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """The memories made from these (stream, Discord message id) pairs, where stored: one query per
+        stream and 500 ids, not one per message."""
+        by_stream: dict[str, list[str]] = {}
+        for stream, message_id in keys:
+            by_stream.setdefault(stream, []).append(message_id)
+        found: dict[tuple[str, str], int] = {}
+        for stream, message_ids in by_stream.items():
+            unique = sorted(set(message_ids))
+            for start in range(0, len(unique), 500):
+                chunk = unique[start:start + 500]
+                async with self.conn.execute(
+                    f"SELECT message_id, id FROM memories WHERE stream = ? AND message_id IN "
+                    f"({','.join('?' * len(chunk))})", (stream, *chunk)
+                ) as cur:
+                    found.update(((stream, row[0]), int(row[1])) for row in await cur.fetchall())
+        return found
 
     async def find_message(self, stream: str, message_id: str) -> int | None:
         """The memory made from a Discord message, if any."""
@@ -297,9 +503,16 @@ class Store:
             )
         return cursor.rowcount == 1
 
-    async def count_attempt(self, memory_id: int) -> None:
-        """Record one more failed attempt to complete a pending memory."""
-        await self.conn.execute("UPDATE memories SET attempts = attempts + 1 WHERE id = ?", (memory_id,))
+    async def count_attempt(self, memory_id: int, *, at: float | None = None) -> None:
+        """Record one more failed attempt to complete a pending memory; given the time of the failure, its
+        next attempt waits retry_delay(failures) seconds."""
+        if at is None:
+            await self.conn.execute("UPDATE memories SET attempts = attempts + 1 WHERE id = ?", (memory_id,))
+            return
+        await self.conn.execute(
+            "UPDATE memories SET attempts = attempts + 1, next_attempt_at = ? + min(?, ? * (1 << min(attempts, 30))) "
+            "WHERE id = ?", (at, RETRY_CAP_SECONDS, RETRY_BASE_SECONDS, memory_id),
+        )
 
     async def update_text(self, memory_id: int, text: str, embedding: npt.NDArray[np.float32]) -> None:
         """Replace an observation's text and embedding (an edited message)."""
@@ -309,36 +522,91 @@ class Store:
                                     (text, to_blob(embedding), memory_id))
 
     async def touch(self, ids: Sequence[int], at: float) -> None:
-        """Set last access of these memories to `at`."""
-        if ids:
+        """Set last access of these memories to `at` (collected instead inside `deferred_touches()`)."""
+        collected = _touches.get()
+        if collected is not None:
+            for memory_id in ids:
+                collected[memory_id] = max(at, collected.get(memory_id, at))
+        elif ids:
             await self.conn.executemany("UPDATE memories SET last_accessed_at = ? WHERE id = ?",
                                         [(at, i) for i in ids])
 
-    async def delete(self, ids: Iterable[int]) -> list[int]:
-        """Delete memories and, transitively, every reflection that cites one of them."""
+    async def delete(self, ids: Iterable[int], *, messages: Sequence[str] = (),
+                     author: tuple[str, str] | None = None, keep: Iterable[int] = ()) -> list[int]:
+        """Delete memories and, transitively, every reflection that cites one of them and every reply built
+        to answer one (with its trace, whose query is the message's text). Traces answering the Discord
+        `messages`, or anything the (stream, author id) `author` said, go too, stored as memories or not.
+        Memories in `keep` stay (an edited message: only what was drawn from its old text goes)."""
         doomed: set[int] = set()
-        frontier = set(ids)
         async with self.transaction():
+            frontier = set(ids) | await self._drop_traces(messages, author)
             while frontier:
                 doomed |= frontier
-                marks = ",".join("?" * len(frontier))
-                async with self.conn.execute(
-                    f"SELECT DISTINCT reflection_id FROM evidence WHERE memory_id IN ({marks})",
-                    tuple(frontier),
-                ) as cur:
-                    frontier = {row[0] for row in await cur.fetchall()} - doomed
-            ordered = sorted(doomed)
+                frontier = (await self._citing(frontier) | await self._replies_to(frontier)) - doomed
+            ordered = sorted(doomed - set(keep))
             for start in range(0, len(ordered), 500):
                 chunk = ordered[start:start + 500]
                 marks = ",".join("?" * len(chunk))
                 await self.conn.execute(f"DELETE FROM memories WHERE id IN ({marks})", tuple(chunk))
-        return sorted(doomed)
+        return ordered
+
+    async def _citing(self, ids: set[int]) -> set[int]:
+        found: set[int] = set()
+        ordered = sorted(ids)
+        for start in range(0, len(ordered), 500):
+            chunk = ordered[start:start + 500]
+            marks = ",".join("?" * len(chunk))
+            async with self.conn.execute(
+                f"SELECT DISTINCT reflection_id FROM evidence WHERE memory_id IN ({marks})", chunk
+            ) as cur:
+                found |= {row[0] for row in await cur.fetchall()}
+        return found
+
+    async def _replies_to(self, ids: set[int]) -> set[int]:
+        """The replies (memories) built to answer these memories' messages; their traces are deleted."""
+        replies: set[int] = set()
+        ordered = sorted(ids)
+        for start in range(0, len(ordered), 500):
+            chunk = ordered[start:start + 500]
+            marks = ",".join("?" * len(chunk))
+            where = (f"query_memory_id IN ({marks}) OR query_message_id IN (SELECT message_id FROM memories "
+                     f"WHERE id IN ({marks}) AND message_id IS NOT NULL AND stream = reply_traces.stream)")
+            async with self.conn.execute(f"SELECT reply_memory_id FROM reply_traces WHERE {where}",
+                                         chunk + chunk) as cur:
+                replies |= {row[0] for row in await cur.fetchall() if row[0] is not None}
+            await self.conn.execute(f"DELETE FROM reply_traces WHERE {where}", chunk + chunk)
+        return replies
+
+    async def _drop_traces(self, messages: Sequence[str], author: tuple[str, str] | None) -> set[int]:
+        """Delete the traces answering these messages or this (stream, author); their replies' ids."""
+        wheres: list[tuple[str, list[Any]]] = []
+        for start in range(0, len(messages), 500):
+            chunk = list(messages[start:start + 500])
+            wheres.append((f"query_message_id IN ({','.join('?' * len(chunk))})", chunk))
+        if author is not None:
+            wheres.append(("stream = ? AND query_author_id = ?", list(author)))
+        replies: set[int] = set()
+        for where, args in wheres:
+            async with self.conn.execute(f"SELECT reply_memory_id FROM reply_traces WHERE {where}", args) as cur:
+                replies |= {row[0] for row in await cur.fetchall() if row[0] is not None}
+            await self.conn.execute(f"DELETE FROM reply_traces WHERE {where}", args)
+        return replies
+
+    async def scrub(self) -> None:
+        """After a deletion for privacy: copy the WAL into the file and truncate it, so that the deleted
+        text (zeroed in the file by secure_delete) survives in no old WAL frame either."""
+        if self.path != ":memory:":
+            async with self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)") as cur:
+                row = await cur.fetchone()
+            if row is not None and row[0]:
+                log.warning("%s: the WAL could not be truncated (another connection is reading); deleted text "
+                            "may stay in it until the next checkpoint", self.path)
 
     async def purge_stream(self, stream: str) -> int:
-        """Delete a whole stream: memories, traces, state and usage."""
+        """Delete a whole stream: memories, traces, state, usage and fault counts."""
         async with self.transaction():
             cursor = await self.conn.execute("DELETE FROM memories WHERE stream = ?", (stream,))
-            for table in ("reply_traces", "stream_state", "model_usage"):
+            for table in ("reply_traces", "stream_state", "model_usage", "faults"):
                 await self.conn.execute(f"DELETE FROM {table} WHERE stream = ?", (stream,))
         return cursor.rowcount
 
@@ -374,10 +642,12 @@ class Store:
         ) as cur:
             return [_memory(row) for row in await cur.fetchall()]
 
-    async def pending_memories(self, limit: int = 1000) -> list[Memory]:
-        """Memories waiting for a rating or an embedding, oldest first."""
+    async def pending_memories(self, limit: int = 1000, *, due_at: float | None = None) -> list[Memory]:
+        """Memories waiting for a rating or an embedding, oldest first; with `due_at`, only those whose
+        next attempt is due by then."""
         async with self.conn.execute(
-            f"SELECT {_COLUMNS} FROM memories WHERE status = 'pending' ORDER BY id LIMIT ?", (limit,)
+            f"SELECT {_COLUMNS} FROM memories WHERE status = 'pending' AND (? IS NULL OR next_attempt_at IS NULL "
+            "OR next_attempt_at <= ?) ORDER BY id LIMIT ?", (due_at, due_at, limit)
         ) as cur:
             return [_memory(row) for row in await cur.fetchall()]
 
@@ -408,22 +678,41 @@ class Store:
         return sorted(keys)
 
     async def load_stream(self, stream: str) -> StreamArrays:
-        """The ready memories of a stream, as arrays for retrieval."""
-        async with self.conn.execute(
-            "SELECT id, importance, last_accessed_at, created_at, embedding FROM memories "
-            "WHERE stream = ? AND status = 'ready' ORDER BY id", (stream,)
-        ) as cur:
-            rows = list(await cur.fetchall())
+        """The ready memories of a stream, as arrays for retrieval (rows in no particular order).
+
+        A file is read by a read-only connection in a worker thread (it does not hold up this
+        connection's writes), straight into preallocated arrays: one copy of the embeddings in memory,
+        never two. (A second reader thread was slower: SQLite releases the GIL at every row.)
+        """
         dims = await self.get_meta("embedding_dimensions")
         dim = int(dims) if dims else 0
-        blob = b"".join(row[4] for row in rows)
-        return StreamArrays(
-            ids=np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows)),
-            embeddings=np.frombuffer(blob, dtype="<f4").reshape(len(rows), dim).astype(np.float32),
-            importance=np.fromiter((row[1] for row in rows), dtype=np.float32, count=len(rows)),
-            last_accessed=np.fromiter((row[2] for row in rows), dtype=np.float64, count=len(rows)),
-            created=np.fromiter((row[3] for row in rows), dtype=np.float64, count=len(rows)),
-        )
+        async with self.conn.execute(
+            "SELECT COUNT(*), MIN(id), MAX(id) FROM memories WHERE stream = ?", (stream,)
+        ) as cur:
+            row = await cur.fetchone()
+        count, low, high = (int(row[0]), row[1], row[2]) if row else (0, None, None)
+        sink = _Sink(count, dim)
+        if count == 0 or low is None or high is None:
+            return sink.arrays()
+        if self.path == ":memory:" or self._in_transaction:
+            async with self.conn.execute(_SELECT_READY, (stream, low, high)) as cur:
+                while rows := list(await cur.fetchmany(_LOAD_CHUNK)):
+                    sink.put(rows)
+            return sink.arrays()
+        await asyncio.to_thread(self._read_range, stream, int(low), int(high), sink)
+        return sink.arrays()
+
+    def _read_range(self, stream: str, low: int, high: int, sink: _Sink) -> None:
+        uri = Path(self.path).resolve().as_uri() + "?mode=ro"
+        conn = sqlite_module().connect(uri, uri=True, check_same_thread=False)
+        try:
+            cursor = conn.execute(_SELECT_READY, (stream, low, high))
+            while rows := cursor.fetchmany(_LOAD_CHUNK):
+                sink.put(rows)
+        except sqlite_module().Error as exc:
+            raise StoreError(f"cannot read stream {stream!r} from {self.path}: {exc}") from exc
+        finally:
+            conn.close()
 
     async def load_vector(self, memory_id: int) -> npt.NDArray[np.float32]:
         """One memory's embedding."""
@@ -436,9 +725,13 @@ class Store:
     # -- reflections and evidence ----------------------------------------------------------------
 
     async def save_reflection(self, stream: str, insights: Sequence[tuple[NewMemory, Sequence[int]]],
-                              at: float) -> list[int]:
-        """Insights, their evidence pointers and the importance reset, in one transaction."""
+                              at: float, touches: dict[int, float] | None = None) -> list[int]:
+        """Insights, their evidence pointers, the importance reset and the last-access updates of the
+        reflection's retrievals (`touches`, id: time), in one transaction."""
         async with self.transaction():
+            if touches:
+                await self.conn.executemany("UPDATE memories SET last_accessed_at = max(last_accessed_at, ?) "
+                                            "WHERE id = ?", [(t, i) for i, t in touches.items()])
             ids = await self.insert([insight for insight, _ in insights])
             for reflection_id, (_, cited) in zip(ids, insights, strict=True):
                 await self.conn.executemany(
@@ -516,15 +809,55 @@ class Store:
             return [row[0] for row in await cur.fetchall()]
 
     async def record_usage(self, stream: str, role: str, *, calls: int = 1, failures: int = 0,
-                           prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
-        """Count model calls and tokens per stream and role."""
+                           prompt_tokens: int = 0, completion_tokens: int = 0, retries: int = 0) -> None:
+        """Count model calls (failed ones, and retries the client made) and tokens per stream and role."""
         await self.conn.execute(
-            "INSERT INTO model_usage (stream, role, calls, failures, prompt_tokens, completion_tokens) "
-            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (stream, role) DO UPDATE SET calls = calls + excluded.calls, "
+            "INSERT INTO model_usage (stream, role, calls, failures, prompt_tokens, completion_tokens, retries) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (stream, role) DO UPDATE SET calls = calls + excluded.calls, "
             "failures = failures + excluded.failures, prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
-            "completion_tokens = completion_tokens + excluded.completion_tokens",
-            (stream, role, calls, failures, prompt_tokens, completion_tokens),
+            "completion_tokens = completion_tokens + excluded.completion_tokens, "
+            "retries = retries + excluded.retries",
+            (stream, role, calls, failures, prompt_tokens, completion_tokens, retries),
         )
+
+    async def count_fault(self, stream: str, kind: str, count: int = 1) -> None:
+        """Count a degraded outcome (rating_fallback, insight_dropped, questions_trimmed, ...)."""
+        await self.conn.execute(
+            "INSERT INTO faults (stream, kind, count) VALUES (?, ?, ?) "
+            "ON CONFLICT (stream, kind) DO UPDATE SET count = count + excluded.count", (stream, kind, count),
+        )
+
+    async def faults(self, stream: str | None = None) -> dict[str, int]:
+        """Fault counts by kind (one stream, or all)."""
+        where, args = ("WHERE stream = ?", (stream,)) if stream is not None else ("", ())
+        async with self.conn.execute(
+            f"SELECT kind, SUM(count) FROM faults {where} GROUP BY kind ORDER BY kind", args
+        ) as cur:
+            return {row[0]: int(row[1]) for row in await cur.fetchall()}
+
+    async def pending_state(self, stream: str | None = None) -> dict[str, Any]:
+        """Pending observations: how many, their failed attempts, and when the next retry is due."""
+        where, args = ("AND stream = ?", (stream,)) if stream is not None else ("", ())
+        async with self.conn.execute(
+            f"SELECT COUNT(*), COALESCE(SUM(attempts), 0), MIN(next_attempt_at) FROM memories "
+            f"WHERE status = 'pending' {where}", args
+        ) as cur:
+            row = await cur.fetchone()
+        assert row is not None
+        return {"pending": row[0], "failed_attempts": row[1],
+                "next_retry_at": None if row[2] is None else from_timestamp(row[2]).isoformat()}
+
+    async def record_usage_many(self, rows: Sequence[tuple[str, str, int, int, int, int, int]]) -> None:
+        """Add many (stream, role, calls, failures, prompt tokens, completion tokens, retries) rows at once."""
+        if rows:
+            await self.conn.executemany(
+                "INSERT INTO model_usage (stream, role, calls, failures, prompt_tokens, completion_tokens, retries) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (stream, role) DO UPDATE SET "
+                "calls = calls + excluded.calls, failures = failures + excluded.failures, "
+                "prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
+                "completion_tokens = completion_tokens + excluded.completion_tokens, "
+                "retries = retries + excluded.retries", list(rows),
+            )
 
     async def usage(self, stream: str | None = None) -> dict[str, dict[str, int]]:
         """Model calls and tokens per role (one stream, or all)."""
@@ -536,12 +869,23 @@ class Store:
             return {row[0]: {"calls": row[1], "failures": row[2], "prompt_tokens": row[3],
                              "completion_tokens": row[4]} for row in await cur.fetchall()}
 
+    async def retries(self, stream: str | None = None) -> dict[str, int]:
+        """Failed requests the model client retried, per role (one stream, or all)."""
+        where, args = ("WHERE stream = ?", (stream,)) if stream is not None else ("", ())
+        async with self.conn.execute(
+            f"SELECT role, SUM(retries) FROM model_usage {where} GROUP BY role ORDER BY role", args
+        ) as cur:
+            return {row[0]: int(row[1]) for row in await cur.fetchall()}
+
     async def save_trace(self, stream: str, at: float, query: str, items: list[dict[str, Any]],
-                         reply_memory_id: int | None) -> int:
-        """Record what a reply was built from."""
+                         reply_memory_id: int | None, *, query_memory_id: int | None = None,
+                         query_message_id: str | None = None, query_author_id: str | None = None) -> int:
+        """Record what a reply was built from, and which message (whose) it answered."""
         cursor = await self.conn.execute(
-            "INSERT INTO reply_traces (stream, created_at, query, reply_memory_id, items) VALUES (?, ?, ?, ?, ?)",
-            (stream, at, query, reply_memory_id, json.dumps(items)),
+            "INSERT INTO reply_traces (stream, created_at, query, reply_memory_id, items, query_memory_id, "
+            "query_message_id, query_author_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (stream, at, query, reply_memory_id, json.dumps(items), query_memory_id, query_message_id,
+             query_author_id),
         )
         assert cursor.lastrowid is not None
         return cursor.lastrowid

@@ -10,6 +10,8 @@ from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import numpy as np
+import numpy.typing as npt
 import openai
 
 from memstream.agent import Agent
@@ -23,7 +25,7 @@ from memstream.rate import Rater, Rating
 from memstream.records import EvidenceNode, Memory, ScoredMemory, Source
 from memstream.reflect import Reflection, Reflector
 from memstream.retrieve import Retriever, RetrieverLike
-from memstream.store import NewMemory, Store
+from memstream.store import NewMemory, Store, deferred_touches
 from memstream.vectors import VectorIndex
 
 __all__ = ["DEFAULT_STREAM", "MemoryStream", "Observation", "Reply", "connect_models"]
@@ -116,6 +118,9 @@ class MemoryStream:
         self.auto_reflect = auto_reflect
         self._reflecting: dict[str, asyncio.Lock] = {}
         self._limit = asyncio.Semaphore(self.config.max_concurrency)
+        self._inflight: set[int] = set()  # pending memories being completed right now (never twice at once)
+        self._failures: set[int] = set()
+        self._persisting = asyncio.Lock()
         self._closers: list[Callable[[], Awaitable[None]]] = []
 
     @classmethod
@@ -170,21 +175,34 @@ class MemoryStream:
                                   retryable=errors[0].retryable) from errors[0]
         return memory
 
-    async def observe_many(self, items: Sequence[Observation]) -> list[Memory]:
+    async def observe_many(self, items: Sequence[Observation], *, defer: bool = False) -> list[Memory]:
         """Observe a burst: persisted first, rated concurrently (bounded), embedded in batches.
 
         A memory whose model calls failed comes back with status `pending`; nothing is lost.
-        A message id already stored in the stream is not stored twice.
+        A message id already stored in the stream is not stored twice. With `defer`, the burst is only
+        persisted (pending, no model call): `complete` or `complete_pending` finishes it.
         """
-        memories, _ = await self._observe(items)
+        memories, _ = await self._observe(items, defer=defer)
         return memories
 
-    async def _observe(self, items: Sequence[Observation]) -> tuple[list[Memory], list[ProviderError]]:
+    async def complete(self, ids: Sequence[int]) -> int:
+        """Rate and embed these pending memories now (a deferred burst); returns how many are ready."""
+        await self._complete(ids)
+        done = [m for m in (await self.store.get_many(list(ids))).values() if m.status == "ready"]
+        await self._reflect_if_due({m.stream for m in done})
+        return len(done)
+
+    async def _observe(self, items: Sequence[Observation], *,
+                       defer: bool = False) -> tuple[list[Memory], list[ProviderError]]:
         for item in items:
             _check_importance(item.importance)
             if not isinstance(item.text, str):
                 raise ConfigError(f"observation text must be a string, got {type(item.text).__name__}")
-        ids = await self._persist(items)
+        async with self._persisting:  # looking up known message ids and inserting the rest is one step
+            ids = await self._persist(items)
+        if defer:
+            found = await self.store.get_many([i for i, _ in ids])
+            return [found[i] for i, _ in ids], []
         fresh = sorted({i for i, new in ids if new})
         errors = await self._complete(fresh)
         found = await self.store.get_many([i for i, _ in ids])
@@ -197,9 +215,10 @@ class MemoryStream:
         slots: list[int] = []
         first: dict[tuple[str, str], int] = {}  # a message repeated within this batch is stored once
         twins: list[tuple[int, int]] = []
+        known = await self.store.find_messages([(i.stream, i.source.message_id) for i in items
+                                                if i.source.message_id])
         for item in items:
-            existing = (await self.store.find_message(item.stream, item.source.message_id)
-                        if item.source.message_id else None)
+            existing = known.get((item.stream, item.source.message_id)) if item.source.message_id else None
             if existing is not None:
                 out.append((existing, False))
                 continue
@@ -223,9 +242,14 @@ class MemoryStream:
             out[slot] = (out[earlier][0], False)
         return out
 
-    async def complete_pending(self, limit: int = 1000) -> int:
-        """Finish observations left pending by a model outage or a crash; returns how many are done."""
-        pending = await self.store.pending_memories(limit)
+    async def complete_pending(self, limit: int = 1000, *, due_only: bool = False) -> int:
+        """Finish observations left pending by a model outage or a crash; returns how many are done.
+
+        With `due_only`, only those whose retry is due (store.retry_delay: a backoff per memory, which
+        the bot's periodic check respects; at start it tries them all).
+        """
+        due = to_timestamp(self.clock.now()) if due_only else None
+        pending = await self.store.pending_memories(limit, due_at=due)
         await self._complete([m.id for m in pending])
         done = await self.store.get_many([m.id for m in pending])
         finished = [m for m in done.values() if m.status == "ready"]
@@ -233,15 +257,70 @@ class MemoryStream:
         return len(finished)
 
     async def _complete(self, ids: Sequence[int]) -> list[ProviderError]:
-        memories = [m for m in (await self.store.get_many(list(ids))).values() if m.status == "pending"]
+        memories = [m for m in (await self.store.get_many([i for i in ids if i not in self._inflight])).values()
+                    if m.status == "pending"]
         errors: list[ProviderError] = []
-        ratings = await asyncio.gather(*(self._rate(m, errors) for m in memories))
-        size = self.config.embed_batch_size
-        for start in range(0, len(memories), size):
-            batch = [(m, r) for m, r in zip(memories[start:start + size], ratings[start:start + size],
-                                            strict=True) if r is not None]
-            await self._embed_and_store(batch, errors)
+        self._inflight.update(m.id for m in memories)
+        try:
+            with self.models.deferred_usage():
+                outcomes = await asyncio.gather(*(self._complete_batch(batch, errors)
+                                                  for batch in self._batches(memories)), return_exceptions=True)
+            await self.models.flush_usage()
+        finally:
+            self._inflight.difference_update(m.id for m in memories)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        if errors:  # one line per burst, however many of its calls failed
+            left = sorted(m.id for m in memories if m.id in self._failures)
+            self._failures.difference_update(left)
+            shown = ", ".join(f"#{i}" for i in left[:5]) + (", ..." if len(left) > 5 else "")
+            log.warning("memory %s kept as pending (%d failed model call(s)), retried with backoff: %s", shown,
+                        len(errors), errors[0])
         return errors
+
+    def _batches(self, memories: Sequence[Memory]) -> list[list[Memory]]:
+        """Per stream, in id order, `embed_batch_size` at a time."""
+        by_stream: dict[str, list[Memory]] = {}
+        for memory in sorted(memories, key=lambda m: m.id):
+            by_stream.setdefault(memory.stream, []).append(memory)
+        size = self.config.embed_batch_size
+        return [group[i:i + size] for group in by_stream.values() for i in range(0, len(group), size)]
+
+    async def _complete_batch(self, batch: list[Memory], errors: list[ProviderError]) -> None:
+        """Embed a batch while its memories are rated (every model call bounded by max_concurrency), then
+        store it, its importance and the usage counted so far in one transaction."""
+        embedding = asyncio.ensure_future(self._embed(batch, errors))
+        ratings = await asyncio.gather(*(self._rate(m, errors) for m in batch))
+        embedded = await embedding
+        if embedded is None:
+            return
+        ready = [(m, r, v) for m, r, v in zip(batch, ratings, embedded, strict=True) if r is not None]
+        if ready:
+            await self._store_batch(batch[0].stream, ready)
+
+    async def _embed(self, batch: list[Memory], errors: list[ProviderError]) -> npt.NDArray[np.float32] | None:
+        async with self._limit:
+            try:
+                return await self.models.embed([m.text for m in batch], stream=batch[0].stream)
+            except ProviderError as exc:
+                for memory in batch:
+                    await self._failed(memory, exc, errors)
+                return None
+
+    async def _store_batch(self, stream: str, ready: list[tuple[Memory, Rating, npt.NDArray[np.float32]]]) -> None:
+        usage = self.models.take_usage()
+        try:
+            done = set(await self.store.complete_many(
+                stream, [(m.id, r.importance, r.source, v) for m, r, v in ready], usage))
+        except BaseException:
+            self.models.restore_usage(usage)
+            raise
+        kept = [(m, r, v) for m, r, v in ready if m.id in done]
+        if kept:
+            await self.index.append(stream, [m.id for m, _, _ in kept], np.stack([v for _, _, v in kept]),
+                                    [r.importance for _, r, _ in kept],
+                                    [to_timestamp(m.created_at) for m, _, _ in kept])
 
     async def _rate(self, memory: Memory, errors: list[ProviderError]) -> Rating | None:
         if memory.importance is not None:
@@ -254,30 +333,11 @@ class MemoryStream:
                 return None
 
     async def _failed(self, memory: Memory, exc: ProviderError, errors: list[ProviderError]) -> None:
-        errors.append(exc)
-        await self.store.count_attempt(memory.id)
-        log.warning("memory #%d kept as pending: %s", memory.id, exc)
-
-    async def _embed_and_store(self, batch: list[tuple[Memory, Rating]], errors: list[ProviderError]) -> None:
-        if not batch:
-            return
-        by_stream: dict[str, list[tuple[Memory, Rating]]] = {}
-        for memory, rating in batch:
-            by_stream.setdefault(memory.stream, []).append((memory, rating))
-        for stream, group in by_stream.items():
-            try:
-                vectors = await self.models.embed([m.text for m, _ in group], stream=stream)
-            except ProviderError as exc:
-                for memory, _ in group:
-                    await self._failed(memory, exc, errors)
-                continue
-            for (memory, rating), vector in zip(group, vectors, strict=True):
-                if await self.store.complete(memory.id, rating.importance, rating.source, vector):
-                    await self.store.add_importance(stream, rating.importance)
-                    loaded = self.index.loaded(stream)
-                    if loaded is not None:
-                        created = to_timestamp(memory.created_at)
-                        loaded.append([memory.id], vector[None, :], [rating.importance], [created], [created])
+        if not any(e is exc for e in errors):
+            errors.append(exc)
+        if memory.id not in self._failures:  # one failed attempt, however many of its calls failed
+            self._failures.add(memory.id)
+            await self.store.count_attempt(memory.id, at=to_timestamp(self.clock.now()))
 
     # -- retrieving ------------------------------------------------------------------------------
 
@@ -322,18 +382,20 @@ class MemoryStream:
         async with lock:
             if only_if_due and not await self.reflection_due(stream):
                 return None
-            try:
-                result = await self.reflector.reflect(stream, at=at or self.clock.now())
-            except ProviderError as exc:
-                await self.store.count_skipped_reflection(stream)
-                log.warning("reflection on %s failed, it will be tried again: %s", stream, exc)
-                raise
+            with deferred_touches() as touched:  # committed with the insights, or not at all
+                try:
+                    result = await self.reflector.reflect(stream, at=at or self.clock.now())
+                except BaseException as exc:
+                    if touched:  # the loaded matrix saw touches the store never got: reload it
+                        self.index.drop(stream)
+                    if not isinstance(exc, ProviderError):
+                        raise
+                    await self.store.count_skipped_reflection(stream)
+                    log.warning("reflection on %s failed, it will be tried again: %s", stream, exc)
+                    raise
             for memory in result.insights:
-                loaded = self.index.loaded(stream)
-                if loaded is not None:
-                    vector = (await self.store.load_vector(memory.id))
-                    created = to_timestamp(memory.created_at)
-                    loaded.append([memory.id], vector[None, :], [memory.importance or 1], [created], [created])
+                await self.index.append(stream, [memory.id], await self.store.load_vector(memory.id),
+                                        [memory.importance or 1], [to_timestamp(memory.created_at)])
             if result.insights or result.dropped:
                 log.info("reflection on %s: %d insight(s), %d dropped", stream, len(result.insights),
                          len(result.dropped))
@@ -352,6 +414,7 @@ class MemoryStream:
         """
         when = at or self.clock.now()
         exclude: set[int] = set()
+        incoming: Memory | None = None
         if exclude_message is not None:
             found = await self.store.find_message(stream, exclude_message)
             if found is not None:
@@ -366,10 +429,12 @@ class MemoryStream:
         if text:
             own = await self.observe(f"{self.name}: {text}", stream=stream, at=when,
                                      source=reply_source or Source(author=self.name))
+        asked = source or Source()
         trace = await self.store.save_trace(stream, to_timestamp(when), message, [
             {"id": m.memory.id, "score": m.score, "recency": m.recency, "importance": m.importance,
              "relevance": m.relevance, "cosine": m.cosine} for m in memories
-        ], None if own is None else own.id)
+        ], None if own is None else own.id, query_memory_id=None if incoming is None else incoming.id,
+            query_message_id=asked.message_id or exclude_message, query_author_id=asked.author_id)
         return Reply(text, prompt, memories, trace, own)
 
     # -- inspecting and forgetting ---------------------------------------------------------------
@@ -386,39 +451,47 @@ class MemoryStream:
         """The evidence tree of a memory, down to observations."""
         return await self.store.evidence_tree(memory_id, stream=stream)
 
-    async def forget(self, ids: Sequence[int], *, stream: str | None = None) -> list[int]:
-        """Delete memories, and every reflection built on them; returns every id deleted."""
+    async def forget(self, ids: Sequence[int], *, stream: str | None = None, messages: Sequence[str] = (),
+                     author: tuple[str, str] | None = None) -> list[int]:
+        """Delete memories, every reflection built on them and every reply (with its trace) answering them,
+        leaving no copy of their text in the file; returns every id deleted. `messages` and `author`
+        (stream, author id) also delete the traces that answered those messages or that author."""
         if stream is not None:
             for memory_id in ids:
                 await self.store.get(memory_id, stream=stream)
-        deleted = await self.store.delete(ids)
-        self.index.remove(deleted)
+        deleted = await self.store.delete(ids, messages=messages, author=author)
+        await self.store.scrub()
+        await self.index.remove(deleted)
         return deleted
 
     async def forget_messages(self, message_ids: Sequence[str]) -> list[int]:
         """Delete the memories made from these Discord messages (and reflections built on them)."""
-        return await self.forget(await self.store.by_message(list(message_ids)))
+        return await self.forget(await self.store.by_message(list(message_ids)), messages=message_ids)
 
     async def forget_author(self, stream: str, author_id: str) -> list[int]:
         """Delete every observation made from one author's messages in a stream."""
-        return await self.forget(await self.store.by_author(stream, author_id))
+        return await self.forget(await self.store.by_author(stream, author_id), author=(stream, author_id))
 
     async def purge(self, stream: str) -> int:
         """Delete a whole stream."""
         self.index.drop(stream)
-        return await self.store.purge_stream(stream)
+        removed = await self.store.purge_stream(stream)
+        await self.store.scrub()
+        return removed
 
     async def edit_message(self, stream: str, message_id: str, text: str) -> Memory | None:
-        """Replace the text (and embedding) of the observation made from an edited message."""
+        """Replace the text (and embedding) of the observation made from an edited message. The old text
+        is kept nowhere: insights and replies drawn from it, and the traces quoting it, are forgotten."""
         memory_id = await self.store.find_message(stream, message_id)
-        if memory_id is None:
-            return None
-        vector = (await self.models.embed([text], stream=stream))[0]
-        await self.store.update_text(memory_id, text, vector)
-        loaded = self.index.loaded(stream)
-        if loaded is not None:
-            loaded.update(memory_id, vector)
-        return await self.store.get(memory_id)
+        keep = [] if memory_id is None else [memory_id]
+        derived = await self.store.delete(keep, messages=[message_id], keep=keep)
+        await self.index.remove(derived)
+        if memory_id is not None:
+            vector = (await self.models.embed([text], stream=stream))[0]
+            await self.store.update_text(memory_id, text, vector)
+            await self.index.update(stream, memory_id, vector)
+        await self.store.scrub()  # the text before the edit is gone from the file too
+        return None if memory_id is None else await self.store.get(memory_id)
 
     async def link_reply(self, reply: Reply, message_ids: Sequence[str]) -> None:
         """Remember which Discord messages carried a reply, so each can be explained later."""
@@ -437,7 +510,10 @@ class MemoryStream:
     async def stats(self, stream: str | None = None) -> dict[str, Any]:
         """Counts, importance histogram, fallbacks, the total towards the next reflection, model calls."""
         out = await self.store.counts(stream)
+        out.update(await self.store.pending_state(stream))
         out["usage"] = await self.store.usage(stream)
+        out["faults"] = await self.store.faults(stream)
+        out["retries"] = await self.store.retries(stream)
         if stream is not None:
             state = await self.store.state(stream)
             out["importance_since_reflection"] = state["importance_since_reflection"]

@@ -1,156 +1,426 @@
 """In-memory float32 matrices, one per stream, loaded from the store and kept in step with it.
 
-The store stays the source of truth: every write goes to SQLite first, then here.
+The store stays the source of truth: every write goes to SQLite first, then here. Rows are kept exactly as
+stored (float32, not renormalized) with their inverse norms beside them, so scoring here can be checked
+bit for bit against the reference computed from the store. The matrix lives in blocks that never move once
+written: appending never copies it, and a loaded stream costs one copy of its embeddings, not two.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
+import math
+from bisect import bisect_right
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
-from memstream.embed import normalize_rows
-from memstream.store import Store, StreamArrays
+from memstream.store import Store, StreamArrays, inverse_norms, large_empty
 
 __all__ = ["StreamVectors", "VectorIndex"]
 
+F32 = npt.NDArray[np.float32]
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+_MIN_BLOCK = 256
+_CHUNK = 8192
+# Rows whose norm is outside this range could underflow or overflow in float32 arithmetic: a stream that
+# holds one is scored without trusting its float32 cosines (see retrieve.rank).
+_NORM_RANGE = (2.0**-60, 2.0**60)
+# Above this exponent, exp() in the recency proxy is rebased so that it cannot overflow.
+_REBASE_EXPONENT = 500.0
+
 
 class StreamVectors:
-    """The ready memories of one stream, column-wise, with room to grow."""
+    """The ready memories of one stream, column-wise: raw float32 rows in blocks, and per-row columns.
 
-    def __init__(self, arrays: StreamArrays) -> None:
-        n = len(arrays.ids)
-        dim = arrays.embeddings.shape[1] if arrays.embeddings.ndim == 2 else 0
-        self._cap = max(n, 64)
+    Not thread-safe: VectorIndex serializes scoring and writes per stream.
+    """
+
+    def __init__(self, arrays: StreamArrays | None = None, *, copy: bool = True) -> None:
         self.n = 0
-        self.dim = dim
-        self._ids = np.zeros(self._cap, np.int64)
-        self._emb = np.zeros((self._cap, dim), np.float32)
-        self._imp = np.zeros(self._cap, np.float32)
-        self._last = np.zeros(self._cap, np.float64)
-        self._created = np.zeros(self._cap, np.float64)
-        self._rows: dict[int, int] = {}
-        if n:
-            self.append(arrays.ids, arrays.embeddings, arrays.importance, arrays.last_accessed, arrays.created)
+        self.dim = 0
+        self._blocks: list[F32] = []
+        self._starts: list[int] = []
+        self._ids: I64 = np.zeros(64, np.int64)
+        self._imp: F64 = np.zeros(64, np.float64)
+        self._last: F64 = np.zeros(64, np.float64)
+        self._created: F64 = np.zeros(64, np.float64)
+        self._inv: F32 = np.zeros(64, np.float32)
+        self._y: F64 | None = None
+        self._decay = 1.0
+        self._t0 = 0.0
+        self._lam = 0.0
+        self._limits: dict[str, float] | None = None
+        self._odd = 0
+        if arrays is not None and len(arrays.ids):
+            self._adopt(arrays, copy)
+
+    # -- reading -----------------------------------------------------------------------------------
 
     @property
-    def ids(self) -> npt.NDArray[np.int64]:
+    def ids(self) -> I64:
         """Memory ids, row by row."""
         return self._ids[: self.n]
 
     @property
-    def embeddings(self) -> npt.NDArray[np.float32]:
-        """Unit-length embeddings, row by row."""
-        return self._emb[: self.n]
+    def embeddings(self) -> F32:
+        """The rows as stored (a copy when the matrix spans several blocks)."""
+        views = [view for _, view in self.blocks()]
+        if len(views) == 1:
+            return views[0]
+        return np.concatenate(views) if views else np.zeros((0, self.dim), np.float32)
 
     @property
-    def importance(self) -> npt.NDArray[np.float32]:
+    def importance(self) -> F64:
         """Importance 1..10, row by row."""
         return self._imp[: self.n]
 
     @property
-    def last_accessed(self) -> npt.NDArray[np.float64]:
+    def last_accessed(self) -> F64:
         """Last access, seconds since the epoch."""
         return self._last[: self.n]
 
     @property
-    def created(self) -> npt.NDArray[np.float64]:
+    def created(self) -> F64:
         """Creation time, seconds since the epoch."""
         return self._created[: self.n]
 
-    def _reserve(self, extra: int, dim: int) -> None:
-        if self.dim == 0 and self.n == 0:
-            self.dim = dim
-            self._emb = np.zeros((self._cap, dim), np.float32)
-        if self.n + extra <= self._cap:
-            return
-        cap = max(self._cap * 2, self.n + extra)
-        for name in ("_ids", "_imp", "_last", "_created"):
-            old = getattr(self, name)
-            new = np.zeros(cap, old.dtype)
-            new[: self.n] = old[: self.n]
-            setattr(self, name, new)
-        emb = np.zeros((cap, self.dim), np.float32)
-        emb[: self.n] = self._emb[: self.n]
-        self._emb, self._cap = emb, cap
+    @property
+    def inverse_norms(self) -> F32:
+        """1 / the Euclidean norm of each row (0 for a zero row)."""
+        return self._inv[: self.n]
 
-    def append(self, ids: Sequence[int] | npt.NDArray[np.int64], embeddings: npt.ArrayLike,
-               importance: npt.ArrayLike, last_accessed: npt.ArrayLike, created: npt.ArrayLike) -> None:
-        """Add rows (embeddings are normalized here)."""
-        vectors = normalize_rows(embeddings)
+    @property
+    def trusted(self) -> bool:
+        """Whether every row's norm is in the range where float32 scoring has a known error bound."""
+        return self._odd == 0
+
+    def blocks(self) -> Iterator[tuple[int, F32]]:
+        """(first row, view of the filled rows) for each block, in row order."""
+        for start, block in zip(self._starts, self._blocks, strict=True):
+            if start >= self.n:
+                return
+            yield start, block[: min(len(block), self.n - start)]
+
+    def gather(self, rows: npt.ArrayLike) -> F32:
+        """The stored rows at these row numbers, as one (m, dim) matrix."""
+        index = np.asarray(rows, dtype=np.int64).reshape(-1)
+        if len(self._blocks) == 1:
+            found: F32 = self._blocks[0][index]
+            return found
+        out = np.empty((index.size, self.dim), np.float32)
+        which = np.searchsorted(np.asarray(self._starts, dtype=np.int64), index, side="right") - 1
+        for b in np.unique(which).tolist():
+            mask = which == b
+            out[mask] = self._blocks[b][index[mask] - self._starts[b]]
+        return out
+
+    def rows_of(self, ids: Sequence[int], hint: Sequence[int] | None = None) -> I64:
+        """Row numbers of these memory ids (those held here); `hint` is a guess checked before searching."""
+        wanted = [int(i) for i in ids]
+        if hint is not None and len(hint) == len(wanted):
+            rows = np.asarray(hint, dtype=np.int64)
+            if rows.size == 0 or (rows.max() < self.n and np.array_equal(self._ids[rows], wanted)):
+                return rows
+        if not wanted:
+            return np.zeros(0, np.int64)
+        return np.flatnonzero(np.isin(self.ids, np.asarray(wanted, dtype=np.int64))).astype(np.int64)
+
+    def limits(self) -> dict[str, float]:
+        """Smallest and largest last access and importance (cached, kept up to date by writes)."""
+        if self._limits is None:
+            last, imp = self.last_accessed, self.importance
+            self._limits = {"last_min": float(last.min()), "last_max": float(last.max()),
+                            "imp_min": float(imp.min()), "imp_max": float(imp.max())}
+        return self._limits
+
+    def recency_proxy(self, decay: float) -> tuple[F64, float]:
+        """(y, t0) with y = decay ** ((last_accessed - t0) / 3600) for every row.
+
+        Recency for a query at `now` is y * decay ** ((t0 - now) / 3600): one factor shared by all rows,
+        which min-max normalization cancels, so no per-memory power is computed per query.
+        """
+        if self._y is None or decay != self._decay:
+            self._decay = decay
+            self._lam = -math.log(decay) / 3600.0
+            self._rebase()
+        assert self._y is not None
+        return self._y[: self.n], self._t0
+
+    # -- writing -----------------------------------------------------------------------------------
+
+    def append(self, ids: Sequence[int] | I64, embeddings: npt.ArrayLike, importance: npt.ArrayLike,
+               last_accessed: npt.ArrayLike, created: npt.ArrayLike) -> None:
+        """Add rows (stored as given, in float32)."""
+        matrix = np.asarray(embeddings, dtype=np.float32)
+        if matrix.ndim == 1:
+            matrix = matrix.reshape(1, -1)
         count = len(ids)
         if count == 0:
             return
-        self._reserve(count, vectors.shape[1])
-        start, end = self.n, self.n + count
+        if matrix.shape[0] != count:
+            raise ValueError(f"{count} ids but {matrix.shape[0]} embeddings")
+        if self.dim == 0 and self.n == 0:
+            self.dim = matrix.shape[1]
+            self._blocks, self._starts = [], []
+        if matrix.shape[1] != self.dim:
+            raise ValueError(f"embeddings of {matrix.shape[1]} dimensions in a matrix of {self.dim}")
+        start = self.n
+        self._reserve(count)
+        self._write_rows(start, matrix)
+        end = start + count
         self._ids[start:end] = ids
-        self._emb[start:end] = vectors
         self._imp[start:end] = importance
         self._last[start:end] = last_accessed
         self._created[start:end] = created
-        for offset, memory_id in enumerate(np.asarray(ids).tolist()):
-            self._rows[memory_id] = start + offset
+        self._inv[start:end] = inverse_norms(matrix)
+        self._odd += self._count_odd(self._inv[start:end])
         self.n = end
+        self._widen_limits(start, end)
+        if self._y is not None:
+            self._set_y(np.arange(start, end))
 
-    def touch(self, ids: Sequence[int], at: float) -> None:
-        """Set last access of these memories."""
-        for memory_id in ids:
-            row = self._rows.get(memory_id)
-            if row is not None:
-                self._last[row] = at
+    def touch(self, ids: Sequence[int], at: float, rows: Sequence[int] | None = None) -> None:
+        """Set last access of these memories (`rows`, if given, is a hint for where they are)."""
+        found = self.rows_of(ids, rows)
+        if found.size == 0:
+            return
+        lim = self._limits
+        if lim is not None and bool((self._last[found] == lim["last_min"]).any()):
+            self._limits = None
+        self._last[found] = at
+        if self._limits is not None:
+            self._limits["last_min"] = min(self._limits["last_min"], at)
+            self._limits["last_max"] = max(self._limits["last_max"], at)
+        if self._y is not None:
+            self._set_y(found)
 
     def update(self, memory_id: int, embedding: npt.ArrayLike) -> None:
         """Replace one memory's embedding."""
-        row = self._rows.get(memory_id)
-        if row is not None:
-            self._emb[row] = normalize_rows(embedding)[0]
+        found = self.rows_of([memory_id])
+        if found.size == 0:
+            return
+        row = int(found[0])
+        vector = np.asarray(embedding, dtype=np.float32).reshape(1, -1)
+        self._odd -= self._count_odd(self._inv[row:row + 1])
+        self._write_rows(row, vector)
+        self._inv[row] = inverse_norms(vector)[0]
+        self._odd += self._count_odd(self._inv[row:row + 1])
 
     def remove(self, ids: Sequence[int]) -> None:
-        """Drop rows; the order of the rest is kept."""
-        rows = [self._rows[i] for i in ids if i in self._rows]
-        if not rows:
+        """Drop rows: each hole is filled with the last row, so a removal costs O(rows removed)."""
+        found = np.sort(self.rows_of(ids))[::-1]
+        if found.size == 0:
             return
-        keep = np.ones(self.n, bool)
-        keep[rows] = False
-        kept = int(keep.sum())
-        for name in ("_ids", "_emb", "_imp", "_last", "_created"):
-            array = getattr(self, name)
-            array[:kept] = array[: self.n][keep]
-        self.n = kept
-        self._rows = {int(memory_id): row for row, memory_id in enumerate(self._ids[:kept].tolist())}
+        self._odd -= self._count_odd(self._inv[found])
+        for row in found.tolist():
+            last = self.n - 1
+            if row != last:
+                self._write_rows(row, self.gather([last]))
+                for column in (self._ids, self._imp, self._last, self._created, self._inv):
+                    column[row] = column[last]
+                if self._y is not None:
+                    self._y[row] = self._y[last]
+            self.n = last
+        while len(self._blocks) > 1 and self._starts[-1] >= self.n:
+            self._blocks.pop()
+            self._starts.pop()
+        self._limits = None
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _adopt(self, arrays: StreamArrays, copy: bool) -> None:
+        matrix = arrays.embeddings
+        if copy or matrix.dtype != np.float32 or not matrix.flags.c_contiguous:
+            matrix = np.array(matrix, dtype=np.float32, order="C")
+        n = len(arrays.ids)
+        self.dim = matrix.shape[1]
+        self._blocks, self._starts = [matrix], [0]
+        cap = max(n, 64)
+        self._ids = np.zeros(cap, np.int64)
+        self._imp, self._last, self._created = (np.zeros(cap, np.float64) for _ in range(3))
+        self._inv = np.zeros(cap, np.float32)
+        self._ids[:n] = arrays.ids
+        self._imp[:n] = arrays.importance
+        self._last[:n] = arrays.last_accessed
+        self._created[:n] = arrays.created
+        if arrays.inverse_norms is not None and not copy:
+            self._inv[:n] = arrays.inverse_norms
+        else:
+            for start in range(0, n, _CHUNK):
+                end = min(n, start + _CHUNK)
+                self._inv[start:end] = inverse_norms(matrix[start:end])
+        self._odd = self._count_odd(self._inv[:n])
+        self.n = n
+
+    @staticmethod
+    def _count_odd(inv: F32) -> int:
+        low, high = _NORM_RANGE
+        nonzero = inv[inv != 0.0]
+        bad = ~np.isfinite(nonzero) | (nonzero < 1.0 / high) | (nonzero > 1.0 / low)
+        return int(bad.sum())
+
+    def _capacity(self) -> int:
+        return self._starts[-1] + len(self._blocks[-1]) if self._blocks else 0
+
+    def _reserve(self, extra: int) -> None:
+        needed = self.n + extra
+        if needed > len(self._ids):
+            cap = max(needed, 2 * len(self._ids))
+            for name in ("_ids", "_imp", "_last", "_created", "_inv"):
+                old = getattr(self, name)
+                new = np.zeros(cap, old.dtype)
+                new[: self.n] = old[: self.n]
+                setattr(self, name, new)
+            if self._y is not None:
+                y = np.zeros(cap, np.float64)
+                y[: self.n] = self._y[: self.n]
+                self._y = y
+        if needed > self._capacity():
+            # A new block of about a quarter of the rows so far: few blocks, no copy, and untouched
+            # pages of the spare room are not resident.
+            size = max(_MIN_BLOCK, needed - self._capacity(), self.n // 4)
+            self._starts.append(self._capacity())
+            self._blocks.append(large_empty((size, self.dim)))
+
+    def _write_rows(self, start: int, matrix: F32) -> None:
+        done = 0
+        while done < len(matrix):
+            b = bisect_right(self._starts, start + done) - 1
+            block, offset = self._blocks[b], start + done - self._starts[b]
+            take = min(len(block) - offset, len(matrix) - done)
+            block[offset:offset + take] = matrix[done:done + take]
+            done += take
+
+    def _widen_limits(self, start: int, end: int) -> None:
+        if self._limits is None or start == 0:
+            self._limits = None
+            return
+        last, imp = self._last[start:end], self._imp[start:end]
+        lim = self._limits
+        lim["last_min"] = min(lim["last_min"], float(last.min()))
+        lim["last_max"] = max(lim["last_max"], float(last.max()))
+        lim["imp_min"] = min(lim["imp_min"], float(imp.min()))
+        lim["imp_max"] = max(lim["imp_max"], float(imp.max()))
+
+    def _rebase(self) -> None:
+        self._t0 = float(self._last[: self.n].max()) if self.n else 0.0
+        y = np.zeros(len(self._ids), np.float64)
+        np.exp(self._lam * (self._last[: self.n] - self._t0), out=y[: self.n])
+        self._y = y
+
+    def _set_y(self, rows: npt.NDArray[np.int64]) -> None:
+        assert self._y is not None
+        exponent = self._lam * (self._last[rows] - self._t0)
+        if exponent.size and float(exponent.max()) > _REBASE_EXPONENT:
+            self._rebase()
+        else:
+            self._y[rows] = np.exp(exponent)
+
+
+Op = Callable[[StreamVectors], None]
 
 
 class VectorIndex:
-    """The per-stream matrices of one store, loaded on first use."""
+    """The per-stream matrices of one store, loaded on first use and kept in step with its writes.
+
+    Scoring (`locked`) and writes to one stream take turns. Writes that arrive while a stream is being
+    loaded are kept and replayed on the loaded matrix (each is idempotent), so none is lost to the race
+    between the load's snapshot and the write.
+    """
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self._streams: dict[str, StreamVectors] = {}
-        self._lock = asyncio.Lock()
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._loading: dict[str, asyncio.Task[StreamVectors]] = {}
+        self._journals: dict[str, list[Op]] = {}
+        self._generation: dict[str, int] = {}
 
     async def get(self, stream: str) -> StreamVectors:
         """The matrix of a stream, loading it from the store the first time."""
         found = self._streams.get(stream)
         if found is not None:
             return found
-        async with self._lock:
-            found = self._streams.get(stream)
-            if found is None:
-                found = StreamVectors(await self.store.load_stream(stream))
-                self._streams[stream] = found
-            return found
+        task = self._loading.get(stream)
+        if task is None:
+            self._journals[stream] = []
+            task = asyncio.ensure_future(self._load(stream))
+            self._loading[stream] = task
+        return await asyncio.shield(task)
+
+    async def _load(self, stream: str) -> StreamVectors:
+        generation = self._generation.get(stream, 0)
+        try:
+            arrays = await self.store.load_stream(stream)
+            vectors = await asyncio.to_thread(StreamVectors, arrays, copy=False)
+            for op in self._journals.get(stream, []):
+                op(vectors)
+            if self._generation.get(stream, 0) == generation:
+                self._streams[stream] = vectors
+            return vectors
+        finally:
+            self._loading.pop(stream, None)
+            self._journals.pop(stream, None)
+
+    @contextlib.asynccontextmanager
+    async def locked(self, stream: str) -> AsyncIterator[StreamVectors]:
+        """The matrix of a stream, with no write to it until the block ends."""
+        vectors = await self.get(stream)
+        async with self._lock(stream):
+            yield self._streams.get(stream, vectors)
 
     def loaded(self, stream: str) -> StreamVectors | None:
         """The matrix if loaded (writes to unloaded streams need not touch memory)."""
         return self._streams.get(stream)
 
-    def drop(self, stream: str) -> None:
-        """Forget the loaded matrix of a stream."""
-        self._streams.pop(stream, None)
+    def _lock(self, stream: str) -> asyncio.Lock:
+        return self._locks.setdefault(stream, asyncio.Lock())
 
-    def remove(self, ids: Sequence[int]) -> None:
-        """Drop memories from whichever loaded stream holds them."""
-        for vectors in self._streams.values():
-            vectors.remove(ids)
+    async def _apply(self, stream: str, op: Op, replay: Op | None = None) -> None:
+        """Apply a write to the loaded matrix, or keep it (`replay`, if given) for the load in progress."""
+        if stream in self._journals:
+            self._journals[stream].append(replay or op)
+        if stream in self._streams:
+            async with self._lock(stream):
+                vectors = self._streams.get(stream)
+                if vectors is not None:
+                    op(vectors)
+
+    async def append(self, stream: str, ids: Sequence[int], embeddings: npt.ArrayLike,
+                     importance: Sequence[float], created: Sequence[float]) -> None:
+        """New ready memories (their last access is their creation time)."""
+        id_list = np.asarray([int(i) for i in ids], dtype=np.int64)
+        matrix = np.asarray(embeddings, dtype=np.float32).reshape(len(id_list), -1)
+        weights, when = np.asarray(importance, dtype=np.float64), np.asarray(created, dtype=np.float64)
+
+        def op(vectors: StreamVectors) -> None:  # a memory becomes ready once: no check needed live
+            vectors.append(id_list, matrix, weights, when, when)
+
+        def replay(vectors: StreamVectors) -> None:  # the load's snapshot may hold it already
+            fresh = ~np.isin(id_list, vectors.ids)
+            if fresh.any():
+                vectors.append(id_list[fresh], matrix[fresh], weights[fresh], when[fresh], when[fresh])
+
+        await self._apply(stream, op, replay)
+
+    async def touch(self, stream: str, ids: Sequence[int], at: float, rows: Sequence[int] | None = None) -> None:
+        """Set last access of these memories."""
+        await self._apply(stream, lambda vectors: vectors.touch(ids, at, rows))
+
+    async def update(self, stream: str, memory_id: int, embedding: npt.ArrayLike) -> None:
+        """Replace one memory's embedding."""
+        await self._apply(stream, lambda vectors: vectors.update(memory_id, embedding))
+
+    async def remove(self, ids: Sequence[int]) -> None:
+        """Drop memories from whichever stream holds them."""
+        for stream in sorted(set(self._streams) | set(self._journals)):
+            await self._apply(stream, lambda vectors: vectors.remove(ids))
+
+    def drop(self, stream: str) -> None:
+        """Forget the matrix of a stream (a load in progress is not kept)."""
+        self._streams.pop(stream, None)
+        self._generation[stream] = self._generation.get(stream, 0) + 1

@@ -96,6 +96,8 @@ class ChatCog(commands.Cog):
                     query, stream=message_stream(message), situation=situation,
                     speaker=message.author.display_name, observe_message=False,
                     exclude_message=str(message.id),
+                    # whose message it answers: forgetting that message (or its author) forgets the trace
+                    source=Source(author_id=str(message.author.id), message_id=str(message.id)),
                     reply_source=Source(author=self.bot.persona.name, author_id=str(me.id),
                                         channel=getattr(message.channel, "name", None),
                                         channel_id=str(message.channel.id)),

@@ -131,9 +131,9 @@ class MemoryCog(commands.Cog):
         stream = _stream(interaction)
         if memory_id is None:
             own = await self.bot.memory.store.by_author(stream, str(interaction.user.id))
-            gone = await self.bot.memory.forget(own)
+            gone = await self.bot.memory.forget_author(stream, str(interaction.user.id))
             text = (f"Forgotten: {len(own)} memory(ies) made from your messages here, and "
-                    f"{len(gone) - len(own)} insight(s) drawn from them.")
+                    f"{len(gone) - len(own)} insight(s) and repl(ies) drawn from them.")
         elif not is_manager(interaction):
             text = "Only server managers can forget a memory by number. Use `/forget` alone for your own messages."
         else:
@@ -155,9 +155,15 @@ class MemoryCog(commands.Cog):
                  f"Importance: {hist}",
                  f"Towards the next reflection: {data['importance_since_reflection']}/{data['reflection_threshold']}"
                  f" (run {data['reflections_run']}, failed/skipped {data['reflections_skipped']})"]
+        if data["pending"]:
+            lines.append(f"Pending: {data['pending']} ({data['failed_attempts']} failed attempt(s), next retry "
+                         f"{data['next_retry_at'] or 'now'})")
         for role, use in data["usage"].items():
             lines.append(f"{role}: {use['calls']} call(s), {use['failures']} failed, "
-                         f"{use['prompt_tokens']}+{use['completion_tokens']} tokens")
+                         f"{data['retries'].get(role, 0)} retried, {use['prompt_tokens']}+{use['completion_tokens']} "
+                         "tokens")
+        if data["faults"]:
+            lines.append("Faults: " + ", ".join(f"{kind.replace('_', ' ')} {n}" for kind, n in data["faults"].items()))
         await interaction.response.send_message(fit(lines), ephemeral=True)
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import OrderedDict
+import re
+from collections import OrderedDict, deque
 
 import discord
 from discord.ext import commands
@@ -19,6 +20,10 @@ __all__ = ["ObserveCog", "attributed", "setup"]
 log = logging.getLogger("bot.observe")
 BURST_WINDOW = 0.05   # seconds to gather a burst into one batch
 BATCH = 256
+# Stored observations waiting for their model calls. Past this many, the rest wait in the database only
+# (pending), where the scheduler's retry finds them: memory stays bounded through a long model outage.
+MAX_BACKLOG = 20_000
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def attributed(message: discord.Message, channel: object = None) -> str | None:
@@ -26,7 +31,8 @@ def attributed(message: discord.Message, channel: object = None) -> str | None:
     text = message.clean_content.strip()
     extras = [f"[attachment: {a.filename}]" for a in message.attachments]
     extras += [f"[sticker: {s.name}]" for s in message.stickers]
-    body = " ".join([text, *extras]).strip()
+    # A lone surrogate (valid JSON, not UTF-8) could not be stored: it becomes U+FFFD, the rest is kept.
+    body = _SURROGATE.sub("\ufffd", " ".join([text, *extras]).strip())
     if not body:
         return None
     channel = channel or message.channel
@@ -58,25 +64,32 @@ def message_stream(message: discord.Message) -> str:
 
 
 class ObserveCog(commands.Cog):
-    """Queues observations and writes them in batches, off the gateway's event handlers."""
+    """Queues observations and writes them in batches, off the gateway's event handlers: each batch is
+    stored first (pending, no model call), then rated and embedded by a second worker, so a slow or
+    failing model never keeps a message only in memory."""
 
     def __init__(self, bot: PersonaBot) -> None:
         self.bot = bot
         self.queue: OrderedDict[str, Observation] = OrderedDict()
         self.wake = asyncio.Event()
+        self.backlog: deque[int] = deque()   # stored, waiting for their model calls
+        self.more = asyncio.Event()
         self.deleted: OrderedDict[str, None] = OrderedDict()   # recent deletions, to catch races
-        self.worker: asyncio.Task[None] | None = None
+        self.workers: list[asyncio.Task[None]] = []
         self.idle = asyncio.Event()
         self.idle.set()
+        self._busy = 0
 
     async def cog_load(self) -> None:
-        self.worker = asyncio.create_task(self._work(), name="observe-worker")
+        self.workers = [asyncio.create_task(self._work(), name="observe-store"),
+                        asyncio.create_task(self._complete(), name="observe-complete")]
 
     async def cog_unload(self) -> None:
-        if self.worker is not None:
-            self.worker.cancel()
+        for worker in self.workers:
+            worker.cancel()
+        for worker in self.workers:
             with contextlib.suppress(asyncio.CancelledError):
-                await self.worker
+                await worker
 
     def wants(self, message: discord.Message, channel: discord.abc.Messageable) -> bool:
         """The rule for whose messages are observed: never the persona's own (its replies are observed
@@ -110,17 +123,54 @@ class ObserveCog(commands.Cog):
             await self.wake.wait()
             await asyncio.sleep(BURST_WINDOW)
             self.wake.clear()
-            while self.queue:
-                batch = [self.queue.popitem(last=False)[1] for _ in range(min(BATCH, len(self.queue)))]
-                try:
-                    await self.bot.memory.observe_many(batch)
-                except MemstreamError as exc:
-                    log.error("could not store %d observation(s): %s", len(batch), exc)
-                except Exception:
-                    log.exception("observing a batch failed")
-                await self._forget_raced(batch)
-            if not self.queue:
-                self.idle.set()
+            self._busy += 1
+            try:
+                while self.queue:
+                    batch = [self.queue.popitem(last=False)[1] for _ in range(min(BATCH, len(self.queue)))]
+                    await self._store(batch)
+                    await self._forget_raced(batch)
+            finally:
+                self._busy -= 1
+                self._settle()
+
+    async def _store(self, batch: list[Observation]) -> None:
+        try:
+            stored = await self.bot.memory.observe_many(batch, defer=True)
+        except MemstreamError as exc:
+            log.error("could not store %d observation(s): %s", len(batch), exc)
+            return
+        except Exception:
+            log.exception("storing a batch of observations failed")
+            return
+        fresh = [m.id for m in stored if m.status == "pending"]
+        room = MAX_BACKLOG - len(self.backlog)
+        if len(fresh) > room:
+            log.info("%d stored observation(s) wait for the periodic retry (model calls are behind)",
+                     len(fresh) - room)
+        self.backlog.extend(fresh[:max(room, 0)])
+        self.more.set()
+
+    async def _complete(self) -> None:
+        while True:
+            await self.more.wait()
+            self.more.clear()
+            self._busy += 1
+            try:
+                while self.backlog:
+                    ids = [self.backlog.popleft() for _ in range(min(BATCH, len(self.backlog)))]
+                    try:
+                        await self.bot.memory.complete(ids)
+                    except MemstreamError as exc:
+                        log.error("could not complete %d observation(s), they stay pending: %s", len(ids), exc)
+                    except Exception:
+                        log.exception("completing a batch of observations failed; they stay pending")
+            finally:
+                self._busy -= 1
+                self._settle()
+
+    def _settle(self) -> None:
+        if not self.queue and not self.backlog and not self._busy:
+            self.idle.set()
 
     async def _forget_raced(self, batch: list[Observation]) -> None:
         raced = [o.source.message_id for o in batch if o.source.message_id in self.deleted]

@@ -1191,8 +1191,11 @@ class FakeDiscord:
         attachments: Sequence[str | tuple[str, bytes] | JSON] = (),
         embeds: Sequence[JSON] = (),
         guild_id: int | None = None,
+        stickers: Sequence[str] = (),
     ) -> JSON:
-        """A user posts a message: store it and dispatch MESSAGE_CREATE; mentions missing from content are prefixed."""
+        """A user posts a message: store it and dispatch MESSAGE_CREATE; mentions missing from content are prefixed.
+
+        ``stickers`` are sticker names, sent as ``sticker_items``."""
         channel = self.channels[channel_id]
         if guild_id is not None and guild_id != channel.guild_id:
             raise ValueError(f"channel {channel_id} belongs to guild {channel.guild_id}, not {guild_id}")
@@ -1224,6 +1227,8 @@ class FakeDiscord:
             mention_role_ids=[r for r in role_ids if guild is not None and r in guild.roles],
             mention_everyone="@everyone" in content or "@here" in content,
             reference=reference,
+            extra={"sticker_items": [{"id": str(self.snowflake()), "name": name, "format_type": 1}
+                                     for name in stickers]} if stickers else None,
         )
         self._store(channel, message)
         await self._dispatch_message("MESSAGE_CREATE", message, channel)

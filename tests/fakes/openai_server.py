@@ -84,10 +84,16 @@ def _normalize_path(path: str) -> str:
 class FakeOpenAIServer:
     """A scriptable, fault-injecting fake of the OpenAI chat, embeddings and models endpoints."""
 
-    def __init__(self, embed_dim: int = 64, latency: float = 0.0) -> None:
-        """Configure the fake; call start() or use `async with` to listen."""
+    def __init__(self, embed_dim: int = 64, latency: float = 0.0, port: int = 0) -> None:
+        """Configure the fake; call start() or use `async with` to listen (on `port`, or any free one: stop()
+        and start() again on the same port to play an outage with connections refused in between)."""
         self.embed_dim = embed_dim
         self.latency = latency
+        self.wanted_port = port
+        # Requests this predicate (path, JSON body) accepts never get an answer until the server stops:
+        # a test can kill the client in the middle of a call it chose.
+        self.hold: Callable[[str, Any], bool] | None = None
+        self.held: list[RecordedRequest] = []
         self.timeout_sleep = 5.0
         self.require_api_key: str | None = None
         self.models = ["gpt-fake", "text-embedding-fake"]
@@ -112,7 +118,7 @@ class FakeOpenAIServer:
         self._closing = asyncio.Event()
         runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0, access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
+        site = web.TCPSite(runner, "127.0.0.1", self.wanted_port or self._port or 0)
         await site.start()
         self._port = int(runner.addresses[0][1])
         self._runner = runner
@@ -196,8 +202,12 @@ class FakeOpenAIServer:
             body: Any = await request.json()
         except ValueError:
             body = None
-        self.requests.append(RecordedRequest(request.path, body, time.time(), dict(request.headers)))
+        recorded = RecordedRequest(request.path, body, time.time(), dict(request.headers))
+        self.requests.append(recorded)
         await self._sleep(self.latency)
+        if self.hold is not None and isinstance(body, dict) and self.hold(request.path, body):
+            self.held.append(recorded)
+            await self._sleep(3600.0)
         if self.require_api_key is not None:
             auth = request.headers.get("Authorization", "")
             if auth != f"Bearer {self.require_api_key}":

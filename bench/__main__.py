@@ -1,0 +1,86 @@
+"""`python -m bench [--quick]`: every case, a table on stdout, bench/results/latest.json and a plot."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from threadpoolctl import threadpool_info
+
+from bench import ingest, opening, reply, retrieval
+from bench.data import store_file
+from bench.report import plot, table
+
+ROOT = Path(__file__).resolve().parent
+FULL = {"retrieval": [(10_000, 384, 41, 5, 3), (100_000, 384, 21, 3, 0), (1_000_000, 384, 9, 2, 0),
+                      (100_000, 1536, 15, 3, 1)],
+        "opening": (1_000_000, 384), "ingest": [(2000, None), (2000, 8), (2000, 32)], "reply": (100_000, 60)}
+QUICK = {"retrieval": [(10_000, 384, 15, 2, 1), (100_000, 384, 9, 2, 0)],
+         "opening": (100_000, 384), "ingest": [(500, None)], "reply": (100_000, 20)}
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on."""
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    blas = [{k: info.get(k) for k in ("internal_api", "version", "num_threads")} for info in threadpool_info()]
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__,
+            "blas": blas, "load_average_start": os.getloadavg()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions (about a minute)")
+    parser.add_argument("--cases", default="retrieval,opening,ingest,reply", help="comma-separated subset")
+    parser.add_argument("--out", type=Path, default=ROOT / "results")
+    args = parser.parse_args()
+    plan = QUICK if args.quick else FULL
+    cases = set(args.cases.split(","))
+    results: dict[str, Any] = {"machine": machine(), "quick": args.quick, "started": time.time()}
+    previous = args.out / "latest.json"
+    if cases != {"retrieval", "opening", "ingest", "reply"} and previous.exists():
+        # A partial run updates its cases in the last full results and keeps the others.
+        kept = json.loads(previous.read_text())
+        if kept.get("quick") == args.quick:
+            results = {**kept, "machine": results["machine"], "started": results["started"]}
+    if "retrieval" in cases:
+        results["retrieval"] = []
+        for n, dim, reps, sql_reps, loop_reps in plan["retrieval"]:
+            store_file(n, dim)  # built (and cached) before anything is timed
+            results["retrieval"].append(retrieval.run_case(n, dim, reps, [1, 2], sql_reps, loop_reps))
+            print(f"retrieval {n}x{dim} done", flush=True)
+    if "opening" in cases:
+        path = store_file(*plan["opening"])
+        opening.measure(path, cold=False)  # warms the page cache
+        results["opening"] = [opening.measure(path, cold=False), opening.measure(path, cold=True)]
+        print("opening done", flush=True)
+    if "ingest" in cases:
+        results["ingest"] = [asyncio.run(ingest.run(n, 0.05, concurrency)) for n, concurrency in plan["ingest"]]
+        print("ingest done", flush=True)
+    if "reply" in cases:
+        n, mentions = plan["reply"]
+        results["reply"] = asyncio.run(reply.run(n, 384, mentions))
+    results["machine"]["load_average_end"] = os.getloadavg()
+    results["seconds"] = time.time() - results["started"]
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "latest.json").write_text(json.dumps(results, indent=1))
+    print(table(results))
+    if "retrieval" in results:
+        image = plot(results, args.out / "latency.png")
+        if not args.quick:
+            docs = ROOT.parent / "docs"
+            docs.mkdir(exist_ok=True)
+            shutil.copy(image, docs / "bench.png")
+    print(f"\nwritten: {args.out / 'latest.json'} ({results['seconds']:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""The benchmark's table (text) and plot (PNG)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def _n(n: int) -> str:
+    return f"{n // 1_000_000}M" if n >= 1_000_000 else f"{n // 1000}k"
+
+
+def table(results: dict[str, Any]) -> str:
+    """Every case as aligned text, with each target's verdict."""
+    lines: list[str] = []
+    for case in results.get("retrieval", []):
+        if not lines:
+            lines += ["1. Exact retrieval, top 5, median ms (ratio = rank / floor, same threads; target <= 1.3)",
+                      f"{'N x dim':>12} {'thr':>3} {'floor':>8} {'rank':>8} {'ratio':>6} {'GB/s':>6} "
+                      f"{'SQL':>9} {'py loop':>14} agree"]
+        loop = (f"{case['loop_ms']:.0f} @{_n(case['loop_n'])}" if "loop_ms" in case else "-")
+        agree = "yes" if case["sql_agrees"] and case.get("loop_agrees", True) else "NO"
+        for t, row in case["threads"].items():
+            lines.append(f"{_n(case['n']) + ' x ' + str(case['dim']):>12} {t:>3} {row['floor_ms']:8.2f} "
+                         f"{row['rank_ms']:8.2f} {row['ratio']:6.2f} {row['floor_gb_s']:6.1f} "
+                         f"{case['sql_ms']:9.1f} {loop:>14} {agree}")
+    for run in results.get("opening", []):
+        if not any(line.startswith("2.") for line in lines):
+            lines += ["", "2. Opening a store (fresh process; target: ready <= 5 s, peak RSS <= 1.3 x raw)",
+                      f"{'N x dim':>12} {'cache':>5} {'load s':>7} {'ready s':>7} {'raw MB':>7} {'peak MB':>8} "
+                      f"{'ratio':>5}"]
+        lines.append(f"{_n(run['n']) + ' x ' + str(run['dim']):>12} {'cold' if run['cold'] else 'warm':>5} "
+                     f"{run['load_s']:7.2f} {run['ready_s']:7.2f} {run['raw_mb']:7.0f} {run['peak_rss_mb']:8.0f} "
+                     f"{run['peak_ratio']:5.2f}")
+    for run in results.get("ingest", []):
+        if not any(line.startswith("3.") for line in lines):
+            lines += ["", "3. Ingestion, fake server +50 ms per call (target >= 200/s, 1 rating each, "
+                          "<= 1 embeddings call per 32)",
+                      f"{'burst':>6} {'conc':>4} {'obs/s':>6} {'rating':>6} {'embed':>5} {'texts':>5} "
+                      f"{'in flight':>9} {'ready':>5} {'pending':>7}"]
+        lines.append(f"{run['n']:6d} {run['max_concurrency']:4d} {run['per_second']:6.0f} {run['rating_calls']:6d} "
+                     f"{run['embedding_calls']:5d} {run['embedded_texts']:5d} {run['most_in_flight']:9d} "
+                     f"{run['ready']:5d} {run['pending']:7d}")
+    if "ingest" in results:
+        usage = results["ingest"][0]["usage"]
+        lines.append("   usage recorded for the burst: " + ", ".join(
+            f"{role} {row['calls']} calls / {row['prompt_tokens']} prompt tokens" for role, row in usage.items()))
+    if "reply" in results:
+        r = results["reply"]
+        lines += ["", "4. Reply overhead (respond() with instant models; target median <= 30 ms)",
+                  f"   {_n(r['n'])} x {r['dim']}: median {r['median_ms']:.1f} ms, p90 {r['p90_ms']:.1f} ms "
+                  f"(explain alone {r['explain_median_ms']:.1f} ms), {r['mentions']} mentions"]
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, Any], path: Path) -> Path:
+    """Median latency against N for each approach (log-log)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = results["retrieval"]
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=90)
+    for dim, marker in ((384, "o"), (1536, "s")):
+        rows = sorted((c for c in cases if c["dim"] == dim), key=lambda c: c["n"])
+        if not rows:
+            continue
+        ns = [c["n"] for c in rows]
+        fill = "full" if dim == 384 else "none"
+        series = [("floor (plain pass), 2 threads", [c["threads"]["2"]["floor_ms"] for c in rows], "0.5", "--"),
+                  ("memstream rank, 1 thread", [c["threads"]["1"]["rank_ms"] for c in rows], "C0", "-"),
+                  ("memstream rank, 2 threads", [c["threads"]["2"]["rank_ms"] for c in rows], "C2", "-"),
+                  ("SQL vec_distance_cosine", [c["sql_ms"] for c in rows], "C3", "-")]
+        for label, ys, color, style in series:
+            ax.plot(ns, ys, marker=marker, fillstyle=fill, color=color, linestyle=style if dim == 384 else ":",
+                    label=f"{label}" if dim == 384 else None)
+        loops = [c for c in rows if "loop_ms" in c]
+        ax.plot([c["loop_n"] for c in loops], [c["loop_ms"] for c in loops], marker=marker, fillstyle=fill,
+                color="C1", linestyle="none", label="per-memory Python loop (10k only)" if dim == 384 else None)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("memories in the stream (filled: 384 dims, hollow: 1536 dims)")
+    ax.set_ylabel("median latency per query (ms)")
+    ax.set_title("Exact top-5 retrieval on 2 cores", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -1,0 +1,69 @@
+"""Small test helpers: prompt needles, a rater stub, a counting retriever, vectors with a chosen cosine."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from datetime import datetime
+
+from memstream.records import ScoredMemory
+from memstream.retrieve import RetrieverLike
+
+# Text unique to each of the four prompts (checked in test_prompts.py).
+RATER = "Reply with a single integer."
+QUESTIONS = "most salient high-level"
+INSIGHTS = "high-level insights can you infer"
+AGENT = "What do you do or say next?"
+
+_MEMORY = re.compile(r"<memory>(.*)</memory>", re.DOTALL)
+
+
+def memory_text(prompt: str) -> str:
+    """The observation inside an importance prompt's <memory> tag."""
+    match = _MEMORY.search(prompt)
+    assert match, prompt
+    return match.group(1)
+
+
+def rate_by(scores: Mapping[str, int | str], default: int | str = 1) -> Callable[[str, str], str]:
+    """A rater stub: the reply for the observation in the prompt, looked up by its exact text."""
+
+    def answer(prompt: str, model: str) -> str:
+        return str(scores.get(memory_text(prompt), default))
+
+    return answer
+
+
+def tagged(prompt: str, tag: str) -> str:
+    """The text between <tag> and </tag> (the only such pair) in a prompt."""
+    start, end = prompt.index(f"<{tag}>") + len(tag) + 2, prompt.index(f"</{tag}>")
+    assert prompt.count(f"</{tag}>") == 1
+    return prompt[start:end]
+
+
+def cosine_vector(cos: float, dim: int = 3, axis: int = 1) -> list[float]:
+    """A unit vector whose cosine with e0 = (1, 0, ...) is `cos` (the rest goes on `axis`)."""
+    vec = [0.0] * dim
+    vec[0] = cos
+    vec[axis] = math.sqrt(max(0.0, 1.0 - cos * cos))
+    return vec
+
+
+def e0(dim: int = 3) -> list[float]:
+    """The first unit vector: the query direction of the tests."""
+    return cosine_vector(1.0, dim)
+
+
+class CountingRetriever:
+    """A RetrieverLike that records every call and delegates to the real retriever (set `inner`)."""
+
+    def __init__(self) -> None:
+        self.inner: RetrieverLike | None = None
+        self.calls: list[tuple[str, str]] = []
+
+    async def retrieve(self, query: str, *, stream: str, k: int | None = None,
+                       at: datetime | None = None) -> list[ScoredMemory]:
+        assert self.inner is not None, "wire CountingRetriever.inner to the stream's retriever"
+        self.calls.append((query, stream))
+        return await self.inner.retrieve(query, stream=stream, k=k, at=at)

@@ -1,0 +1,191 @@
+"""Forgetting leaves no copy of the text anywhere in the database files (checked byte by byte, WAL included),
+and everything built from it (insights, replies, reply traces) goes with it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from memstream import (
+    MemoryStream,
+    ModelConfig,
+    Observation,
+    PersonaConfig,
+    ProviderError,
+    RoleModel,
+    Source,
+    Store,
+    StreamConfig,
+    cli,
+)
+from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
+from tests.fakes.openai_server import FakeOpenAIServer
+from tests.memstream.helpers import AGENT, INSIGHTS, QUESTIONS
+
+STREAM = "guild:1"
+SECRET = "ZQXV-my-phone-is-555-0199-ZQXV"
+LONG_SECRET = "ZQXL-" + "my address is 12 Hidden Lane, " * 140 + "-ZQXL"  # ~4,000 characters: overflow pages
+
+
+def leftovers(db: Path, *needles: str) -> list[str]:
+    """Which needles still appear, in UTF-8 or in part, in the database file, its WAL or its shared memory."""
+    found = []
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        path = Path(f"{db}{suffix}")
+        if path.exists():
+            data = path.read_bytes()
+            found += [f"{needle[:12]} in {path.name}" for needle in needles
+                      if needle.encode() in data or (len(needle) > 30 and needle[5:25].encode() in data)]
+    return found
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "persona.db"
+
+
+@pytest.fixture
+async def memory(db: Path, clock: FakeClock) -> AsyncIterator[MemoryStream]:
+    chat = ScriptedChat()
+    chat.on("<memory>", "6")
+    chat.on(QUESTIONS, "What does Klaus share?\nWho is Maria?\nWhat is planned?")
+    chat.on(INSIGHTS, f"Klaus shares private details like {SECRET} (because of 1, 2, 3, 4, 5)")
+    chat.on(AGENT, f"Noted, Klaus: {SECRET}.")
+    store = await Store.open(db)
+    stream = MemoryStream(store, FakeEmbedder(), rater=RoleModel(chat, "r"), reflector=RoleModel(chat, "r"),
+                          agent=RoleModel(chat, "a"), name="Isabella", summary="Runs a cafe.", clock=clock,
+                          config=StreamConfig(reflection_threshold=10_000))
+    yield stream
+    await stream.close()
+
+
+async def _klaus_talks(memory: MemoryStream) -> None:
+    klaus = Source(author="Klaus", author_id="7", message_id="m1")
+    await memory.observe_many([
+        Observation(f"Klaus: call me, {SECRET}", STREAM, source=klaus),
+        Observation(f"Klaus: {LONG_SECRET}", STREAM, source=Source(author="Klaus", author_id="7", message_id="m2")),
+        Observation("Maria: I like tea", STREAM, source=Source(author="Maria", author_id="8", message_id="m3")),
+        Observation("Maria: the party is on Friday", STREAM, source=Source(author="Maria", author_id="8",
+                                                                          message_id="m4")),
+    ])
+    # Klaus asks the persona something (the bot stores the question itself separately, as m5): the trace
+    # keeps his words as its query, the reply echoes them, an insight cites them.
+    await memory.respond(f"remember {SECRET}", stream=STREAM, speaker="Klaus", observe_message=False,
+                         source=Source(author_id="7", message_id="m5"))
+    result = await memory.reflect(STREAM)
+    assert result is not None and result.insights
+
+
+async def test_secure_delete_is_on(memory: MemoryStream) -> None:
+    async with memory.store.conn.execute("PRAGMA secure_delete") as cursor:
+        assert (await cursor.fetchone())[0] == 1
+
+
+async def test_forget_author_leaves_no_byte_of_their_text_and_drops_what_was_built_on_it(
+        memory: MemoryStream, db: Path) -> None:
+    await _klaus_talks(memory)
+    assert leftovers(db, SECRET, LONG_SECRET)  # the test can see the text while it is there
+    own = await memory.store.by_author(STREAM, "7")
+    gone = await memory.forget_author(STREAM, "7")
+    assert set(own) < set(gone)  # plus the insight and the reply that echoed the secret
+    texts = [m.text for m in await memory.recent(STREAM, 50)]
+    assert texts == ["Maria: the party is on Friday", "Maria: I like tea"]
+    async with memory.store.conn.execute("SELECT COUNT(*) FROM reply_traces") as cursor:
+        assert (await cursor.fetchone())[0] == 0
+    assert leftovers(db, SECRET, LONG_SECRET) == []
+
+
+async def test_a_deleted_message_takes_its_trace_reply_and_insights_even_if_never_stored(
+        memory: MemoryStream, db: Path) -> None:
+    await _klaus_talks(memory)
+    # m5 (the question) was never stored as a memory, only answered: its deletion still forgets the trace.
+    await memory.forget_messages(["m1", "m2", "m5"])
+    assert [m.text for m in await memory.recent(STREAM, 50)] == ["Maria: the party is on Friday",
+                                                                  "Maria: I like tea"]
+    assert leftovers(db, SECRET, LONG_SECRET) == []
+    await memory.close()
+    assert leftovers(db, SECRET, LONG_SECRET) == []
+
+
+async def test_an_edit_leaves_no_copy_of_the_text_before_it(memory: MemoryStream, db: Path) -> None:
+    await memory.observe_many([Observation(f"Klaus: oops {SECRET}", STREAM, source=Source(message_id="m1"))])
+    assert leftovers(db, SECRET)
+    await memory.edit_message(STREAM, "m1", "Klaus: (removed)")
+    assert (await memory.recent(STREAM))[0].text == "Klaus: (removed)"
+    assert leftovers(db, SECRET) == []
+
+
+async def test_purging_a_server_leaves_no_byte_of_it(memory: MemoryStream, db: Path) -> None:
+    await _klaus_talks(memory)
+    await memory.observe_many([Observation("Other server news", "guild:2")])
+    await memory.purge(STREAM)
+    assert await memory.recent(STREAM, 50) == []
+    assert [m.text for m in await memory.recent("guild:2")] == ["Other server news"]
+    assert leftovers(db, SECRET, LONG_SECRET, "Maria: I like tea") == []
+    assert (await memory.stats(STREAM))["usage"] == {}
+
+
+async def test_forgetting_one_observation_keeps_unrelated_replies(memory: MemoryStream, clock: FakeClock) -> None:
+    await memory.observe_many([Observation("Maria: hello", STREAM, source=Source(author_id="8", message_id="m3"))])
+    reply = await memory.respond("hi there", stream=STREAM, speaker="Maria", observe_message=False,
+                                 source=Source(author_id="8", message_id="m9"))
+    assert reply.memory is not None
+    await memory.forget_messages(["m3"])  # not the message the reply answered
+    assert (await memory.get(reply.memory.id)).text.startswith("Isabella:")
+    assert await memory.explain_reply(trace_id=reply.trace_id) is not None
+
+
+async def test_a_password_in_the_base_url_never_shows(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with FakeOpenAIServer() as server:
+        for base_url in (server.base_url, "http://127.0.0.1:9/v1"):
+            url = base_url.replace("http://", "http://bob:PW-Secret-77@")
+            persona = PersonaConfig(name="I", summary="S", database=tmp_path / "p.db",
+                                    models=ModelConfig(base_url=url, max_retries=0, timeout=2))
+            async with await MemoryStream.open(persona, environ={}) as memory:
+                try:
+                    await memory.observe("hello")
+                except ProviderError as exc:
+                    assert "PW-Secret-77" not in str(exc) and "bob:***@" in str(exc)
+    assert any("bob:***@" in r.getMessage() for r in caplog.records)
+    assert not [r for r in caplog.records if "PW-Secret-77" in logging.Formatter().format(r)]
+
+
+async def test_the_operator_honours_a_deletion_request_from_the_command_line(tmp_path: Path) -> None:
+    db, persona = tmp_path / "p.db", tmp_path / "p.toml"
+    persona.write_text(f'[persona]\nname = "Isabella"\nsummary = "Runs a cafe."\ndatabase = "{db}"\n', encoding="utf-8")
+    chat = ScriptedChat()
+    chat.on("<memory>", "4")
+    store = await Store.open(db)
+    async with MemoryStream(store, FakeEmbedder(), rater=RoleModel(chat, "r"), reflector=RoleModel(chat, "r"),
+                            agent=RoleModel(chat, "a"), name="Isabella", summary="S") as memory:
+        await memory.observe_many([
+            Observation(f"Klaus: {SECRET} here", "guild:1", source=Source(author_id="7", message_id="a")),
+            Observation(f"Klaus: {SECRET} there", "guild:2", source=Source(author_id="7", message_id="b")),
+            Observation("Maria: hello", "guild:1", source=Source(author_id="8", message_id="c")),
+            Observation("Maria: a DM ZQXDM", "dm:8", source=Source(author_id="8", message_id="d")),
+        ])
+    base = ["--persona", str(persona)]
+    assert await asyncio.to_thread(cli.main, ["forget", "--author", "7", *base]) == 0  # every stream
+    assert await asyncio.to_thread(cli.main, ["forget", "--stream", "dm:8", "--all", *base]) == 0
+    assert leftovers(db, SECRET, "ZQXDM") == []
+    async with await Store.open(db) as store:
+        assert [m.text for m in await store.recent("guild:1", 10)] == ["Maria: hello"]
+        assert await store.recent("guild:2", 10) == [] and await store.recent("dm:8", 10) == []
+
+
+async def test_an_edit_forgets_what_was_drawn_from_the_old_text(memory: MemoryStream, db: Path) -> None:
+    await _klaus_talks(memory)
+    klaus = await memory.store.find_message(STREAM, "m1")
+    assert klaus is not None
+    await memory.edit_message(STREAM, "m1", "Klaus: (removed)")
+    await memory.edit_message(STREAM, "m2", "Klaus: (removed too)")
+    await memory.edit_message(STREAM, "m5", "Klaus: never mind")  # the question, answered but never stored
+    texts = sorted(m.text for m in await memory.recent(STREAM, 50))
+    assert texts == ["Klaus: (removed too)", "Klaus: (removed)", "Maria: I like tea", "Maria: the party is on Friday"]
+    assert (await memory.get(klaus)).text == "Klaus: (removed)"  # the memory itself stays, with the new text
+    assert leftovers(db, SECRET, LONG_SECRET) == []
