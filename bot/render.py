@@ -21,9 +21,8 @@ def split_message(text: str, limit: int = LIMIT) -> list[str]:
     opener = ""  # the fence line of a code block still open at the start of `rest`
     while rest:
         budget = limit - len(opener) - len(FENCE) - 2
-        chunk = opener + rest if len(opener) + len(rest) <= limit else None
-        if chunk is not None and _open_fence(chunk) is None:
-            parts.append(chunk)
+        if len(opener) + len(rest) <= limit:
+            parts.append(opener + rest)  # the rest fits: as it is (a fence the text leaves open stays open)
             break
         cut = _cut(rest, budget)
         piece, rest = opener + rest[:cut], rest[cut:].lstrip("\n") if rest[cut:cut + 1] == "\n" else rest[cut:]

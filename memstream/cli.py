@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from memstream.clock import Clock, SystemClock
+from memstream.clock import Clock, FixedClock, SystemClock
 from memstream.config import PersonaConfig, load_persona
 from memstream.errors import ConfigError, MemstreamError
 from memstream.evaluate import CachedChat, CachedEmbedder, ModelCache, evaluate, read_eval
@@ -28,17 +28,6 @@ __all__ = ["build_parser", "main", "parse_time"]
 
 log = logging.getLogger("memstream.cli")
 DEFAULT_PERSONA = "personas/isabella.toml"
-
-
-class FixedClock:
-    """The clock of `--at`: always that moment."""
-
-    def __init__(self, moment: datetime) -> None:
-        self.moment = moment
-
-    def now(self) -> datetime:
-        """The fixed moment."""
-        return self.moment
 
 
 class _NoModels:
@@ -138,7 +127,7 @@ async def cmd_import(memory: MemoryStream, args: argparse.Namespace) -> int:
         if args.reflect:
             for stream in await memory.due_streams():
                 await memory.reflect(stream, at=max(o.at for o in part if o.at), only_if_due=True)
-        _progress(min(start + chunk, len(lines)), len(lines))
+        _progress(min(start + chunk, len(lines)), len(lines), chunk)
     due = await memory.due_streams()
     _emit(args, {"format": history.format, "observations": len(lines), "skipped": history.skipped,
                  "ready": stored, "pending": pending, "due_for_reflection": due},
@@ -148,7 +137,7 @@ async def cmd_import(memory: MemoryStream, args: argparse.Namespace) -> int:
     return 0 if pending == 0 else 3
 
 
-def _progress(done: int, total: int) -> None:
+def _progress(done: int, total: int, step: int) -> None:
     """A progress bar on a terminal; a line every 10% elsewhere (logs stay readable)."""
     if not total:
         return
@@ -157,7 +146,7 @@ def _progress(done: int, total: int) -> None:
         filled = width * done // total
         print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}", end="" if done < total else "\n",
               file=sys.stderr, flush=True)
-    elif total >= 1000 and (done == total or done * 10 // total != (done - 256) * 10 // total):
+    elif total >= 1000 and (done == total or done * 10 // total != (done - step) * 10 // total):
         print(f"imported {done}/{total} ({100 * done // total}%)", file=sys.stderr, flush=True)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Protocol
 
-__all__ = ["Clock", "SystemClock", "from_timestamp", "to_timestamp"]
+__all__ = ["Clock", "FixedClock", "SystemClock", "from_timestamp", "to_timestamp"]
 
 
 class Clock(Protocol):
@@ -20,6 +20,17 @@ class SystemClock:
     def now(self) -> datetime:
         """The current time in UTC."""
         return datetime.now(UTC)
+
+
+class FixedClock:
+    """A clock that stands still at a moment until moved (`--at` replays, eval)."""
+
+    def __init__(self, moment: datetime) -> None:
+        self.moment = moment
+
+    def now(self) -> datetime:
+        """The set moment."""
+        return self.moment
 
 
 def to_timestamp(moment: datetime) -> float:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from memstream.clock import FixedClock
 from memstream.config import StreamConfig
 from memstream.embed import Embedder
 from memstream.errors import ConfigError
@@ -172,14 +173,6 @@ class CachedChat:
         return result
 
 
-class _ReplayClock:
-    def __init__(self, moment: datetime) -> None:
-        self.moment = moment
-
-    def now(self) -> datetime:
-        return self.moment
-
-
 @dataclass
 class _Score:
     queries: int = 0
@@ -219,7 +212,7 @@ async def _replay(lines: Sequence[EvalLine], config: StreamConfig, embedder: Emb
                   rater_model: str, ks: Sequence[int], touch: bool, name: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="memstream-eval-") as folder:
         store = await Store.open(Path(folder) / "eval.db")
-        clock = _ReplayClock(lines[0].at if lines else datetime.now().astimezone())
+        clock = FixedClock(lines[0].at if lines else datetime.now().astimezone())
         role = RoleModel(chat, rater_model)
         memory = MemoryStream(store, embedder, rater=role, reflector=role, agent=role, name=name, summary="",
                               config=config, clock=clock, auto_reflect=False)

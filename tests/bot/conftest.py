@@ -131,14 +131,37 @@ async def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterato
             discord=DiscordConfig(guilds=(town.id, other.id), history=4),
         )
         clock = FakeClock()
-        memory = await MemoryStream.open(persona, clock=clock, environ={})
-        bot = PersonaBot(memory, persona, guild_ready_timeout=0.05)
-        task = asyncio.create_task(bot.start("token"))
-        try:
-            await asyncio.wait_for(bot.wait_until_ready(), WAIT)
+        async with running_bot(persona, clock) as (bot, memory):
             yield World(fake, openai, models, clock, bot, memory, town, general, other, lounge, klaus, maria, manager)
-        finally:
-            await bot.close()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait_for(task, WAIT)
-            await memory.close()
+
+
+@contextlib.asynccontextmanager
+async def running_bot(persona: PersonaConfig, clock: FakeClock) -> AsyncIterator[tuple[PersonaBot, MemoryStream]]:
+    """Open the persona's memory and run the real bot on it until the block ends."""
+    memory = await MemoryStream.open(persona, clock=clock, environ={})
+    bot = PersonaBot(memory, persona, guild_ready_timeout=0.05)
+    task = asyncio.create_task(bot.start("token"))
+    try:
+        await asyncio.wait_for(bot.wait_until_ready(), WAIT)
+        yield bot, memory
+    finally:
+        await bot.close()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, WAIT)
+        await memory.close()
+
+
+@contextlib.asynccontextmanager
+async def one_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, memory: StreamConfig | None = None
+                     ) -> AsyncIterator[tuple[FakeOpenAIServer, PersonaConfig, str]]:
+    """A fake Discord with one server and a fake model server; the persona and the server's stream key."""
+    models = Models()
+    async with FakeDiscord() as fake, FakeOpenAIServer() as openai:
+        openai.on_chat(models.answer)
+        town = fake.add_guild("Smallville")
+        town.add_channel("general")
+        fake.install(monkeypatch)
+        persona = PersonaConfig(name="Isabella", summary="Runs a cafe.", database=tmp_path / "i.db",
+                                models=ModelConfig(base_url=openai.base_url, max_retries=0),
+                                memory=memory or StreamConfig(), discord=DiscordConfig(guilds=(town.id,)))
+        yield openai, persona, f"guild:{town.id}"

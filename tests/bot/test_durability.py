@@ -3,19 +3,14 @@ down, completed once it is back (after its backoff) or at the next start, and ne
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from pathlib import Path
 
 import pytest
 
-from bot.bot import PersonaBot
-from memstream import DiscordConfig, MemoryStream, ModelConfig, Observation, PersonaConfig, Source
+from memstream import MemoryStream, Observation, Source
 from memstream.store import RETRY_CAP_SECONDS
 from memstream.testing import FakeClock
-from tests.bot.conftest import WAIT, Models, World, until
-from tests.fakes.discord_server import FakeDiscord
-from tests.fakes.openai_server import FakeOpenAIServer
+from tests.bot.conftest import World, one_server, running_bot, until
 
 
 async def test_messages_in_a_model_outage_are_kept_and_completed_when_it_is_back(world: World) -> None:
@@ -43,34 +38,16 @@ async def test_messages_in_a_model_outage_are_kept_and_completed_when_it_is_back
 
 async def test_a_restart_completes_what_a_dead_process_left_pending(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    models = Models()
-    async with FakeDiscord() as fake, FakeOpenAIServer() as openai:
-        openai.on_chat(models.answer)
-        town = fake.add_guild("Smallville")
-        town.add_channel("general")
-        fake.install(monkeypatch)
-        persona = PersonaConfig(name="Isabella", summary="Runs a cafe.", database=tmp_path / "i.db",
-                                models=ModelConfig(base_url=openai.base_url, max_retries=0),
-                                discord=DiscordConfig(guilds=(town.id,)))
-        stream = f"guild:{town.id}"
+    async with one_server(tmp_path, monkeypatch) as (_, persona, stream):
         async with await MemoryStream.open(persona, clock=FakeClock(), environ={}) as before:
             # Stored, then the process died before any model call: only the database knows.
             await before.observe_many([Observation(f"left behind {i}", stream, source=Source(message_id=str(i)))
                                        for i in range(30)], defer=True)
             await before.store.count_attempt(1, at=FakeClock().now().timestamp() + 10**6)  # even one backing off
-        memory = await MemoryStream.open(persona, clock=FakeClock(), environ={})
-        bot = PersonaBot(memory, persona, guild_ready_timeout=0.05)
-        task = asyncio.create_task(bot.start("token"))
-        try:
-            await asyncio.wait_for(bot.wait_until_ready(), WAIT)
+        async with running_bot(persona, FakeClock()) as (_, memory):
 
             async def completed() -> bool:
                 return (await memory.stats(stream))["pending"] == 0
 
             await until(completed, "the pending observations to be completed at start")
             assert len(await memory.recent(stream, 50)) == 30
-        finally:
-            await bot.close()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait_for(task, WAIT)
-            await memory.close()

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 from pathlib import Path
 
 import pytest
 
 from bot.__main__ import run
-from bot.bot import PersonaBot
-from memstream import ConfigError, DiscordConfig, MemoryStream, ModelConfig, PersonaConfig, Source, StreamConfig
+from memstream import ConfigError, MemoryStream, Source, StreamConfig
 from memstream.testing import FakeClock
-from tests.bot.conftest import QUESTIONS, WAIT, Models, World, until
+from tests.bot.conftest import QUESTIONS, WAIT, World, one_server, running_bot, until
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAIServer
 
@@ -104,26 +102,13 @@ async def test_other_bots_are_not_observed_or_answered(world: World) -> None:
 
 
 async def test_a_due_reflection_survives_a_restart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    models = Models()
-    async with FakeDiscord() as fake, FakeOpenAIServer() as openai:
-        openai.on_chat(models.answer)
-        town = fake.add_guild("Smallville")
-        town.add_channel("general")
-        fake.install(monkeypatch)
-        persona = PersonaConfig(name="Isabella", summary="Runs a cafe.", database=tmp_path / "i.db",
-                                models=ModelConfig(base_url=openai.base_url, max_retries=0),
-                                memory=StreamConfig(reflection_threshold=10), discord=DiscordConfig(guilds=(town.id,)))
-        stream = f"guild:{town.id}"
+    async with one_server(tmp_path, monkeypatch, StreamConfig(reflection_threshold=10)) as (openai, persona, stream):
         # The process that observed these died before it could reflect: only the database knows.
         async with await MemoryStream.open(persona, clock=FakeClock(), environ={}, auto_reflect=False) as before:
             for n in range(2):
                 await before.observe(f"Valentine's Day party note {n}", stream=stream, source=Source(author_id="1"))
             assert await before.reflection_due(stream)
-        memory = await MemoryStream.open(persona, clock=FakeClock(), environ={})
-        bot = PersonaBot(memory, persona, guild_ready_timeout=0.05)
-        task = asyncio.create_task(bot.start("token"))
-        try:
-            await asyncio.wait_for(bot.wait_until_ready(), WAIT)
+        async with running_bot(persona, FakeClock()) as (bot, memory):
 
             async def reflected() -> bool:
                 return bot.reflections.runs == [stream]
@@ -131,8 +116,3 @@ async def test_a_due_reflection_survives_a_restart(tmp_path: Path, monkeypatch: 
             await until(reflected, "the reflection after the restart")
             assert sum(QUESTIONS in r.prompt for r in openai.chat_requests) == 1
             assert await memory.importance_total(stream) == 0
-        finally:
-            await bot.close()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait_for(task, WAIT)
-            await memory.close()

@@ -1,0 +1,48 @@
+"""Splitting long replies: every part fits Discord's limit, and no code block is broken."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bot.render import LIMIT, split_message
+
+
+def _unfenced(parts: list[str]) -> str:
+    """The text back without the fences added at the cuts."""
+    out = []
+    for i, part in enumerate(parts):
+        if i > 0 and part.startswith("```") and parts[i - 1].endswith("\n```"):
+            part = part.split("\n", 1)[1]
+        if i < len(parts) - 1 and part.endswith("\n```") and parts[i + 1].startswith("```"):
+            part = part[: -len("\n```")]
+        out.append(part)
+    return "".join(out)
+
+
+def test_a_code_block_cut_in_two_is_closed_and_reopened_with_its_language() -> None:
+    code = "\n".join(f"print({i})" for i in range(400))
+    text = "Here you go:\n```python\n" + code + "\n```\nThat's all."
+    parts = split_message(text)
+    assert len(parts) >= 2 and all(len(p) <= LIMIT for p in parts)
+    for part in parts:
+        assert part.count("```") % 2 == 0  # every part renders its code as code
+    assert parts[1].startswith("```python\n")
+    assert "".join(_unfenced(parts).split()) == "".join(text.split())  # nothing lost or added
+
+
+def test_a_short_message_is_left_alone() -> None:
+    assert split_message("hello") == ["hello"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(["word ", "\n", "```\n", "```js\n", "x" * 300, "line of text\n"]), max_size=60))
+def test_parts_always_fit_and_keep_fences_balanced(pieces: list[str]) -> None:
+    text = "".join(pieces)
+    if not text.strip():
+        return
+    parts = split_message(text)
+    assert all(0 < len(p) <= LIMIT for p in parts)
+    if text.count("```") % 2 == 0:
+        assert all(p.count("```") % 2 == 0 for p in parts)
+    assert "".join(_unfenced(parts).split()) == "".join(text.split())
