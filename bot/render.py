@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from zoneinfo import ZoneInfo
 
@@ -11,6 +12,7 @@ __all__ = ["LIMIT", "evidence_lines", "fit", "jump_link", "memory_line", "rankin
 
 LIMIT = 2000
 FENCE = "```"
+_FENCE = re.compile(r"```([\w+#.-]*)")
 
 
 def split_message(text: str, limit: int = LIMIT) -> list[str]:
@@ -47,19 +49,24 @@ def _cut(text: str, budget: int) -> int:
         at = window.rfind(sep)
         if at > budget // 2:
             return at
-    return budget
+    cut = budget
+    while cut > 1 and text[cut - 1] == "`":  # never cut through a fence
+        cut -= 1
+    return cut
 
 
 def _open_fence(text: str) -> str | None:
-    """The opening fence line (e.g. ```python) if `text` ends inside a code block."""
+    """The opening fence (e.g. ```python) if `text` ends inside a code block.
+
+    Every ``` toggles a block, as Discord renders them, wherever it stands on the line.
+    """
     opener = None
-    for line in text.split("\n"):
-        stripped = line.strip()
-        if stripped.startswith(FENCE):
-            if opener is None:
-                opener = stripped if stripped.count(FENCE) == 1 else None
-            elif stripped == FENCE or stripped.startswith(FENCE):
-                opener = None
+    for match in _FENCE.finditer(text):
+        if opener is None:
+            language = match.group(1) if text[match.end():match.end() + 1] == "\n" else ""
+            opener = FENCE + language
+        else:
+            opener = None
     return opener
 
 
