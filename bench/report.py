@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +17,15 @@ def table(results: dict[str, Any]) -> str:
     for case in results.get("retrieval", []):
         if not lines:
             lines += ["1. Exact retrieval, top 5, median ms (ratio = rank / floor, same threads; target <= 1.3)",
-                      f"{'N x dim':>12} {'thr':>3} {'floor':>8} {'rank':>8} {'ratio':>6} {'GB/s':>6} "
+                      f"{'N x dim':>12} {'thr':>3} {'floor':>8} {'rank':>8} {'ratio':>6} {'numpy':>8} {'GB/s':>6} "
                       f"{'SQL':>9} {'py loop':>14} agree"]
         loop = (f"{case['loop_ms']:.0f} @{_n(case['loop_n'])}" if "loop_ms" in case else "-")
-        agree = "yes" if case["sql_agrees"] and case.get("loop_agrees", True) else "NO"
+        agree = ("yes" if case["sql_agrees"] and case.get("loop_agrees", True) and case.get("numpy_agrees", True)
+                 else "NO")
         for t, row in case["threads"].items():
             lines.append(f"{_n(case['n']) + ' x ' + str(case['dim']):>12} {t:>3} {row['floor_ms']:8.2f} "
-                         f"{row['rank_ms']:8.2f} {row['ratio']:6.2f} {row['floor_gb_s']:6.1f} "
+                         f"{row['rank_ms']:8.2f} {row['ratio']:6.2f} {row.get('rank_numpy_ms', math.nan):8.2f} "
+                         f"{row['floor_gb_s']:6.1f} "
                          f"{case['sql_ms']:9.1f} {loop:>14} {agree}")
     for run in results.get("opening", []):
         if not any(line.startswith("2.") for line in lines):
@@ -71,6 +74,8 @@ def plot(results: dict[str, Any], path: Path) -> Path:
         series = [("floor (plain pass), 2 threads", [c["threads"]["2"]["floor_ms"] for c in rows], "0.5", "--"),
                   ("memstream rank, 1 thread", [c["threads"]["1"]["rank_ms"] for c in rows], "C0", "-"),
                   ("memstream rank, 2 threads", [c["threads"]["2"]["rank_ms"] for c in rows], "C2", "-"),
+                  ("rank on its numpy path, 1 thread",
+                   [c["threads"]["1"].get("rank_numpy_ms", math.nan) for c in rows], "C4", "-."),
                   ("SQL vec_distance_cosine", [c["sql_ms"] for c in rows], "C3", "-")]
         for label, ys, color, style in series:
             ax.plot(ns, ys, marker=marker, fillstyle=fill, color=color, linestyle=style if dim == 384 else ":",

@@ -2,8 +2,9 @@
 
 Per size, in one process and interleaved run by run: the floor (a plain pass over the same bytes of
 embeddings: the faster of a sum and a BLAS product with a vector of ones, with the same thread count),
-memstream's `rank`, the same formula in one SQL statement with sqlite-vec's vec_distance_cosine, and the
-paper's way, a per-memory Python loop (`rank_reference`, on 10k memories only: it is too slow beyond).
+memstream's `rank` (with its compiled loops, and on its numpy path), the same formula in one SQL statement
+with sqlite-vec's vec_distance_cosine, and the paper's way, a per-memory Python loop (`rank_reference`, on
+10k memories only: it is too slow beyond).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sqlite_vec
 from threadpoolctl import threadpool_limits
 
 from bench.data import NOW, STREAM, Columns, columns, query, store_file
+from memstream import kernels
 from memstream.config import StreamConfig
 from memstream.retrieve import rank, rank_reference
 from memstream.store import sqlite_module, to_blob
@@ -93,23 +95,27 @@ def run_case(n: int, dim: int, reps: int, threads: list[int], sql_reps: int, loo
     vectors = StreamVectors(data.arrays(), copy=False)
     q, config = query(dim), StreamConfig()
     out: dict[str, Any] = {"n": n, "dim": dim, "bytes": n * dim * 4, "reps": reps, "threads": {}}
-    top = [int(i) for i in vectors.ids[rank(vectors, q, NOW, config, K).rows]]
+    kernels.warm()
+    top = [int(i) for i in vectors.ids[rank(vectors, q, NOW, config, K, compiled=True).rows]]
     out["top"] = top
+    out["numpy_agrees"] = top == [int(i) for i in vectors.ids[rank(vectors, q, NOW, config, K, compiled=False).rows]]
     with ThreadPoolExecutor(max(threads)) as pool:
         for t in threads:
             with threadpool_limits(t, "blas"):
                 passes = floor_passes(vectors, t, pool)
-                times: dict[str, list[float]] = {name: [] for name in [*passes, "rank"]}
+                times: dict[str, list[float]] = {name: [] for name in [*passes, "rank", "rank_numpy"]}
                 for warm in passes.values():
                     warm()
                 for _ in range(reps):
                     for name, fn in passes.items():
                         times[name].append(_ms(fn))
-                    times["rank"].append(_ms(lambda: rank(vectors, q, NOW, config, K)))
+                    times["rank"].append(_ms(lambda: rank(vectors, q, NOW, config, K, compiled=True)))
+                    times["rank_numpy"].append(_ms(lambda: rank(vectors, q, NOW, config, K, compiled=False)))
             medians = {name: statistics.median(values) for name, values in times.items()}
             floor_name = min(passes, key=lambda name: medians[name])
             out["threads"][str(t)] = {
-                "rank_ms": medians["rank"], "floor_ms": medians[floor_name], "floor_kernel": floor_name,
+                "rank_ms": medians["rank"], "rank_numpy_ms": medians["rank_numpy"],
+                "floor_ms": medians[floor_name], "floor_kernel": floor_name,
                 "floor_all_ms": {name: medians[name] for name in passes},
                 "ratio": medians["rank"] / medians[floor_name],
                 "floor_gb_s": n * dim * 4 / medians[floor_name] / 1e6,

@@ -22,6 +22,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from memstream import kernels
 from memstream.clock import Clock, to_timestamp
 from memstream.config import StreamConfig
 from memstream.errors import StoreError
@@ -118,17 +119,55 @@ class _Approx:
     cos_max: float
 
 
-def exact_cosines(vectors: StreamVectors, rows: I64, query: F64) -> F64:
+def _row_sums_in_order(terms: F64) -> F64:
+    """Column sums of a C-contiguous (dim, m) array, each summed first to last like the reference's loop.
+
+    numpy reduces along the outer axis of a C-contiguous array one row after another (pairwise summation
+    applies only along the contiguous axis); `_IN_ORDER` checks that on this numpy at import, and cumsum,
+    slower but sequential by definition, is the fallback.
+    """
+    if _IN_ORDER and terms.shape[1] >= 2:
+        summed: F64 = np.add.reduce(terms, axis=0)
+        return summed
+    ordered: F64 = np.cumsum(terms, axis=0)[-1]
+    return ordered
+
+
+def _reduce_is_in_order() -> bool:
+    rng = np.random.default_rng(0)
+    for m, dim in ((2, 1536), (3, 384), (64, 100), (256, 384)):
+        terms = rng.standard_normal((dim, m)) * 10.0 ** rng.integers(-8, 8, (dim, m))
+        if not np.array_equal(np.add.reduce(terms, axis=0), np.cumsum(terms, axis=0)[-1]):
+            return False
+    return True
+
+
+_IN_ORDER = _reduce_is_in_order()
+
+
+def query_norm(query: F64) -> float:
+    """The reference's norm of the query: squares summed first to last."""
+    return math.sqrt(float(np.cumsum(query * query)[-1])) if query.size else 0.0
+
+
+def exact_cosines(vectors: StreamVectors, rows: I64, query: F64, q_norm: float | None = None) -> F64:
     """Cosines of these rows with the query, by the reference's operations (float64, summed in order)."""
     out = np.zeros(rows.size, np.float64)
-    q_norm = math.sqrt(float(np.cumsum(query * query)[-1]))
+    if q_norm is None:
+        q_norm = query_norm(query)
     if q_norm == 0.0 or rows.size == 0:
         return out
+    column = query.reshape(-1, 1)
     for start in range(0, rows.size, _EXACT_CHUNK):
-        part = vectors.gather(rows[start:start + _EXACT_CHUNK]).astype(np.float64)
-        dot = np.cumsum(part * query, axis=1)[:, -1]
-        norms = np.sqrt(np.cumsum(part * part, axis=1)[:, -1])
-        np.divide(dot, norms * q_norm, out=out[start:start + part.shape[0]], where=norms != 0.0)
+        # Rows as columns, products and squares side by side: one in-order reduction for both.
+        part = np.array(vectors.gather(rows[start:start + _EXACT_CHUNK]).T, dtype=np.float64, order="C")
+        m = part.shape[1]
+        terms = np.empty((part.shape[0], 2 * m), np.float64)
+        np.multiply(part, column, out=terms[:, :m])
+        np.multiply(part, part, out=terms[:, m:])
+        sums = _row_sums_in_order(terms)
+        norms = np.sqrt(sums[m:])
+        np.divide(sums[:m], norms * q_norm, out=out[start:start + m], where=norms != 0.0)
     return out
 
 
@@ -141,59 +180,86 @@ def _cosines(vectors: StreamVectors, unit: F32) -> F32:
     return out
 
 
-def _recency_pass(vectors: StreamVectors, now: float, config: StreamConfig, score: F64) -> tuple[float, float]:
-    """Add the recency term (up to a constant) to `score`; returns (its error bound, its magnitude)."""
-    weight, lim = config.weight_recency, vectors.limits()
-    low, high = lim["last_min"], lim["last_max"]
-    if weight == 0 or config.decay == 1.0 or low == high or low >= now:
-        return 0.0, 0.0  # recency is exactly equal for all: 0.5 everywhere
-    y, t0 = vectors.recency_proxy(config.decay)
-    lam = -math.log(config.decay) / 3600.0
-    top = min(high, now)
-    y_hi, y_lo = math.exp(lam * (top - t0)), math.exp(lam * (low - t0))
-    # Relative error of y and of the reference's pow(): a few ulps plus the rounding of the exponent.
-    exponent = lam * max(abs(low - t0), abs(top - t0), now - low) + 1.0
-    rho = (16.0 + 4.0 * exponent) * _U64
-    ratio = y_lo / y_hi if y_hi > 0.0 else 1.0
-    error = weight * 8.0 * rho / (1.0 - ratio) if ratio < 1.0 else math.inf
-    if not (error <= weight / 4 and math.isfinite(y_hi)):
-        return weight / 2, 0.0  # too narrow to trust: leave recency to the exact pass
-    scale = weight / (y_hi - y_lo)
-    np.multiply(np.minimum(y, y_hi) if high > now else y, scale, out=score)
-    return error, scale * y_hi
+@dataclass(frozen=True)
+class _Terms:
+    """How pass 1 scores a row: min(y, y_cap) * rec_scale + importance * imp_scale + cosine * cos_scale, a
+    term whose scale is 0 being left out (constant, or left to the exact pass), and how far that can be
+    from the exact score (up to one constant shared by all rows)."""
+
+    rec_scale: float
+    y_cap: float
+    imp_scale: float
+    cos_scale: float
+    slack: float
+
+
+def _recency_terms(vectors: StreamVectors, now: float, config: StreamConfig) -> tuple[float, float, float, float]:
+    """The recency term of pass 1: (scale, cap on y, error bound, magnitude); scale 0 leaves it out."""
+    lim = vectors.limits()
+    if config.weight_recency == 0 or config.decay == 1.0 or lim["last_min"] == lim["last_max"]:
+        return 0.0, math.inf, 0.0, 0.0
+    _, t0 = vectors.recency_proxy(config.decay)
+    return kernels.recency_terms(config.weight_recency, config.decay, lim["last_min"], lim["last_max"], now, t0)
+
+
+def _cosine_error(vectors: StreamVectors, low: float, high: float) -> float:
+    """|float32 cosine - reference cosine| for every row, or inf if float32 cannot be trusted here.
+
+    At most dim ulps (any summation order, FMA or not) plus the roundings of the unit query and the inverse
+    norm; twice that for margin.
+    """
+    return (vectors.dim + 32) * 2 * _U32 if vectors.trusted and math.isfinite(low + high) else math.inf
+
+
+@dataclass(frozen=True)
+class _QueryFree:
+    """The recency and importance terms of pass 1, which do not depend on the query."""
+
+    rec_scale: float
+    y_cap: float
+    imp_scale: float
+    slack: float
+    magnitude: float
+
+
+def _query_free_terms(vectors: StreamVectors, now: float, config: StreamConfig) -> _QueryFree:
+    rec_scale, y_cap, slack, magnitude = _recency_terms(vectors, now, config)
+    lim = vectors.limits()
+    imp_scale, imp_magnitude = kernels.importance_terms(config.weight_importance, lim["imp_min"], lim["imp_max"])
+    return _QueryFree(rec_scale, y_cap, imp_scale, slack, magnitude + imp_magnitude)
+
+
+def _terms(vectors: StreamVectors, now: float, config: StreamConfig, cos_low: float, cos_high: float,
+           error: float) -> _Terms:
+    """Pass 1's scales and slack, given the float32 cosines' range and error (cosines unused if error is inf;
+    error 0 with an empty range: every cosine is exactly equal)."""
+    pre = _query_free_terms(vectors, now, config)
+    weights = config.weight_recency + config.weight_importance + config.weight_relevance
+    cos_scale, slack = kernels.relevance_terms(cos_low, cos_high, error, config.weight_relevance, pre.slack,
+                                               pre.magnitude, weights)
+    return _Terms(pre.rec_scale, pre.y_cap, pre.imp_scale, cos_scale, slack)
 
 
 def _approximate(vectors: StreamVectors, query: F32, q_norm: float, now: float, config: StreamConfig) -> _Approx:
+    cos: F32 | None = None
+    low = high = 0.0
+    error = math.inf
+    if q_norm != 0.0:
+        cos = _cosines(vectors, (query.astype(np.float64) / q_norm).astype(np.float32))
+        low, high = float(cos.min()), float(cos.max())
+        error = _cosine_error(vectors, low, high)
+    terms = _terms(vectors, now, config, low, high, error if cos is not None else 0.0)
     score = np.zeros(vectors.n, np.float64)
-    slack, magnitude = _recency_pass(vectors, now, config, score)
-    lim = vectors.limits()
-    if config.weight_importance > 0 and lim["imp_max"] > lim["imp_min"]:
-        scale = config.weight_importance / (lim["imp_max"] - lim["imp_min"])
-        score += vectors.importance * scale
-        magnitude += scale * max(abs(lim["imp_min"]), abs(lim["imp_max"]))
-    if q_norm == 0.0:
-        return _Approx(score, _rounding(slack, magnitude, config), None, 0.0, 0.0, 0.0)
-    cos = _cosines(vectors, (query.astype(np.float64) / q_norm).astype(np.float32))
-    low, high = float(cos.min()), float(cos.max())
-    # |float32 cosine - reference cosine| <= dim ulps (any summation order, FMA or not) plus the roundings of
-    # the unit query and the inverse norm; twice that for margin.
-    error = (vectors.dim + 32) * 2 * _U32 if vectors.trusted and math.isfinite(low + high) else math.inf
-    weight = config.weight_relevance
-    if weight > 0:
-        spread = high - low
-        if math.isfinite(error) and spread > 8 * error:
-            scale = weight / spread
-            score += np.multiply(cos, scale, dtype=np.float64)
-            slack += weight * 4 * error / spread
-            magnitude += scale * max(abs(low), abs(high))
-        else:
-            slack += weight / 2
-    return _Approx(score, _rounding(slack, magnitude, config), cos, error, low, high)
-
-
-def _rounding(slack: float, magnitude: float, config: StreamConfig) -> float:
-    weights = config.weight_recency + config.weight_importance + config.weight_relevance
-    return (slack + 16 * _U64 * (magnitude + weights)) * (1 + 1e-6)
+    if terms.rec_scale:
+        y, _ = vectors.recency_proxy(config.decay)
+        np.multiply(np.minimum(y, terms.y_cap) if math.isfinite(terms.y_cap) else y, terms.rec_scale, out=score)
+    if terms.imp_scale:
+        score += vectors.importance * terms.imp_scale
+    if terms.cos_scale and cos is not None:
+        score += np.multiply(cos, terms.cos_scale, dtype=np.float64)
+    if cos is None:
+        return _Approx(score, terms.slack, None, 0.0, 0.0, 0.0)
+    return _Approx(score, terms.slack, cos, error, low, high)
 
 
 def _candidates(score: F64, slack: float, k: int) -> I64:
@@ -263,9 +329,11 @@ def _rank_profile(vectors: StreamVectors, query: F32, q_norm: float, now: float,
     return Ranked(rows, score[rows], parts[0][rows], parts[1][rows], parts[2][rows], cosine[rows])
 
 
-def rank(vectors: StreamVectors, query: npt.ArrayLike, now: float, config: StreamConfig, k: int) -> Ranked:
+def rank(vectors: StreamVectors, query: npt.ArrayLike, now: float, config: StreamConfig, k: int, *,
+         compiled: bool | None = None) -> Ranked:
     """The score of every memory, the top k rows with their parts; with the default profile, exactly
-    rank_reference's answer."""
+    rank_reference's answer. `compiled` chooses kernels.py's loops or numpy (default: the loops once they are
+    loaded); both give the same answer."""
     k = min(k, vectors.n)
     if k <= 0:
         empty = np.zeros(0, np.float64)
@@ -273,31 +341,78 @@ def rank(vectors: StreamVectors, query: npt.ArrayLike, now: float, config: Strea
     q = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
     if q.size != vectors.dim:
         raise StoreError(f"the query has {q.size} dimensions, the stream {vectors.dim}")
+    spec = config.profile == "spec" and config.recency_from == "access"
+    if spec and (kernels.ready() if compiled is None else compiled):
+        ranked = _rank_compiled(vectors, q, now, config, k)
+        if ranked is not None:
+            return ranked
     q64 = q.astype(np.float64)
-    q_norm = math.sqrt(float(np.cumsum(q64 * q64)[-1]))
-    if config.profile != "spec" or config.recency_from != "access":
+    q_norm = query_norm(q64)
+    if not spec:
         return _rank_profile(vectors, q, q_norm, now, config, k)
     approx = _approximate(vectors, q, q_norm, now, config)
-    return _exact(vectors, q64, now, config, k, _candidates(approx.score, approx.slack, k), approx)
+    return _exact(vectors, q64, q_norm, now, config, k, _candidates(approx.score, approx.slack, k), approx)
 
 
-def _exact(vectors: StreamVectors, query: F64, now: float, config: StreamConfig, k: int, rows: I64,
-           approx: _Approx) -> Ranked:
-    """Pass 2: the candidates scored by the reference's operations, then sorted by its rule."""
+def _exact(vectors: StreamVectors, query: F64, q_norm: float, now: float, config: StreamConfig, k: int,
+           rows: I64, approx: _Approx) -> Ranked:
+    """Pass 2 of the numpy path: see _finish."""
     if approx.cos is None:
+        return _finish(vectors, query, q_norm, now, config, k, rows, None)
+    if math.isfinite(approx.cos_error):
+        margin = 2 * approx.cos_error
+        extremes = np.flatnonzero((approx.cos <= approx.cos_min + margin) | (approx.cos >= approx.cos_max - margin))
+    else:
+        extremes = np.arange(vectors.n, dtype=np.int64)
+    return _finish(vectors, query, q_norm, now, config, k, rows, extremes.astype(np.int64))
+
+
+def _rank_compiled(vectors: StreamVectors, query: F32, now: float, config: StreamConfig, k: int) -> Ranked | None:
+    """The numpy path's two passes as compiled loops (kernels.py) around the product; None for a zero query
+    (the numpy path handles it)."""
+    q64, q_norm, unit = kernels.prepare(query)
+    if q_norm == 0.0:
+        return None
+    decay = config.decay
+    y, t0 = vectors.recency_proxy(decay) if decay != 1.0 else (vectors.importance, 0.0)
+    lim = vectors.limits()
+    last_range, imp_range = (lim["last_min"], lim["last_max"]), (lim["imp_min"], lim["imp_max"])
+    weights = (config.weight_recency, config.weight_importance, config.weight_relevance)
+    dim_error = (vectors.dim + 32) * 2 * _U32 if vectors.trusted else math.inf
+    dots = np.empty(vectors.n, np.float32)
+    blocks = list(vectors.blocks())
+    for start, block in blocks:
+        np.matmul(block, unit, out=dots[start:start + len(block)])
+    found = kernels.first_pass(dots, vectors.inverse_norms, y, t0, vectors.importance, now, decay, weights,
+                               last_range, imp_range, dim_error, k)
+    if found is None:  # thousands of rows within the error bound of the k-th: the numpy path copes
+        approx = _approximate(vectors, query, q_norm, now, config)
+        return _exact(vectors, q64, q_norm, now, config, k, _candidates(approx.score, approx.slack, k), approx)
+    rows, extremes = found
+    if len(blocks) == 1:
+        matrix, offset = blocks[0][1], 0
+    else:
+        matrix, offset = vectors.gather(np.concatenate([rows, extremes])), -1
+    top, parts = kernels.finish(matrix, offset, rows, extremes, q64, q_norm, vectors.last_accessed,
+                                vectors.importance, vectors.created, vectors.ids, now, decay, weights, last_range,
+                                imp_range, k)
+    return Ranked(top, parts[0], parts[1], parts[2], parts[3], parts[4])
+
+
+def _finish(vectors: StreamVectors, query: F64, q_norm: float, now: float, config: StreamConfig, k: int,
+            rows: I64, extremes: I64 | None) -> Ranked:
+    """Pass 2: the candidates scored by the reference's operations, then sorted by its rule.
+
+    `extremes` are the rows that can hold the stream's smallest or largest cosine (None: the query is zero,
+    every cosine is 0); one exact pass covers them and the candidates, and the extremes of that superset are
+    the stream's.
+    """
+    if extremes is None:
         cos, c_lo, c_hi = np.zeros(rows.size), 0.0, 0.0
     else:
-        if math.isfinite(approx.cos_error):
-            margin = 2 * approx.cos_error
-            low_rows = np.flatnonzero(approx.cos <= approx.cos_min + margin)
-            high_rows = np.flatnonzero(approx.cos >= approx.cos_max - margin)
-        else:
-            low_rows = high_rows = np.arange(vectors.n, dtype=np.int64)
-        # One exact pass over the rows that can hold the extremes and the candidates.
-        exact = exact_cosines(vectors, np.concatenate([low_rows, high_rows, rows]).astype(np.int64), query)
-        c_lo = float(exact[: low_rows.size].min())
-        c_hi = float(exact[low_rows.size: low_rows.size + high_rows.size].max())
-        cos = exact[low_rows.size + high_rows.size:]
+        exact = exact_cosines(vectors, np.concatenate([rows, extremes]), query, q_norm)
+        cos = exact[: rows.size]
+        c_lo, c_hi = float(exact.min()), float(exact.max())
     r_lo, r_hi = _recency_range(vectors, now, config.decay)
     lim = vectors.limits()
     decay = config.decay

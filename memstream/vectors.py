@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from memstream import kernels
 from memstream.store import Store, StreamArrays, inverse_norms, large_empty
 
 __all__ = ["StreamVectors", "VectorIndex"]
@@ -31,6 +32,8 @@ _CHUNK = 8192
 _NORM_RANGE = (2.0**-60, 2.0**60)
 # Above this exponent, exp() in the recency proxy is rebased so that it cannot overflow.
 _REBASE_EXPONENT = 500.0
+# A stream this large makes the compiled retrieval loops worth loading (kernels.warm).
+_WARM_ROWS = 20_000
 
 
 class StreamVectors:
@@ -356,6 +359,8 @@ class VectorIndex:
         generation = self._generation.get(stream, 0)
         try:
             arrays = await self.store.load_stream(stream)
+            if len(arrays.ids) >= _WARM_ROWS:
+                kernels.warm(background=True)
             vectors = await asyncio.to_thread(StreamVectors, arrays, copy=False)
             for op in self._journals.get(stream, []):
                 op(vectors)

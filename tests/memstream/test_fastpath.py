@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memstream import kernels
 from memstream.clock import to_timestamp
 from memstream.config import StreamConfig
 from memstream.llm import Completion
@@ -47,9 +48,15 @@ def _vectors(rows: Sequence[Row]) -> StreamVectors:
 
 
 def _assert_same(vectors: StreamVectors, query: Sequence[float], now: float, config: StreamConfig, k: int) -> None:
+    """Both paths (compiled loops and numpy) give the reference's answer, with the same parts."""
     expected = rank_reference(_reference_rows(vectors), [float(x) for x in np.float32(query)], now, config, k)
-    ranked = rank(vectors, np.asarray(query, dtype=np.float32), now, config, k)
-    assert [int(vectors.ids[row]) for row in ranked.rows] == expected
+    answers = []
+    for compiled in (True, False):
+        ranked = rank(vectors, np.asarray(query, dtype=np.float32), now, config, k, compiled=compiled)
+        assert [int(vectors.ids[row]) for row in ranked.rows] == expected, f"compiled={compiled}"
+        answers.append([part.tolist() for part in (ranked.rows, ranked.score, ranked.recency, ranked.importance,
+                                                   ranked.relevance, ranked.cosine)])
+    assert answers[0] == answers[1]
 
 
 # -- random streams, hypothesis --------------------------------------------------------------------
@@ -89,6 +96,23 @@ def test_fast_path_equals_reference_on_random_streams(case: tuple[list[Row], lis
                                                                   int]) -> None:
     rows, query, now, config, k = case
     _assert_same(_vectors(rows), query, now, config, k)
+
+
+def test_the_compiled_loops_are_in_use() -> None:
+    # numba is a dependency: without it (or with MEMSTREAM_JIT=0) the numpy path would serve every query.
+    assert kernels.available()
+
+
+def test_a_stream_of_thousands_of_equal_scores_overflows_the_loops_and_the_numpy_path_answers() -> None:
+    rows = [(i, T0, T0 + 60.0, 5.0, [0.5, 0.5, 0.0]) for i in range(1, 6001)]
+    vectors = _vectors(rows)
+    dots = np.ones(vectors.n, np.float32)
+    found = kernels.first_pass(dots, vectors.inverse_norms, vectors.importance, 0.0, vectors.importance, T0 + 3600,
+                               0.995, (1.0, 1.0, 1.0), (T0 + 60.0, T0 + 60.0), (5.0, 5.0), 1e-5, 5)
+    assert found is None  # 6,000 candidates do not fit in the loop's room
+    _assert_same(vectors, [1.0, 0.0, 0.0], T0 + 3600, StreamConfig(), 5)
+    ranked = rank(vectors, np.array([1.0, 0.0, 0.0], np.float32), T0 + 3600, StreamConfig(), 5)
+    assert [int(vectors.ids[r]) for r in ranked.rows] == [6000, 5999, 5998, 5997, 5996]
 
 
 def test_a_single_memory() -> None:

@@ -1,0 +1,205 @@
+"""The compiled loops of kernels.py (numba): imported only when first needed.
+
+Module-level functions, so that numba's on-disk cache finds them again in the next process.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numba
+import numpy as np
+
+from memstream.kernels import _U64, importance_terms, recency_terms, relevance_terms
+
+__all__ = ["finish", "first_pass", "prepare"]
+
+jit = numba.njit(cache=True, nogil=True, error_model="numpy")
+rec_terms, imp_terms, rel_terms = jit(recency_terms), jit(importance_terms), jit(relevance_terms)
+
+
+@jit
+def prepare(query: Any) -> tuple[Any, float, Any]:
+    # The query in float64, its reference norm (squares summed first to last) and the float32 unit
+    # query of the product.
+    q64 = np.empty(query.size, np.float64)
+    squares = 0.0
+    for d in range(query.size):
+        x = np.float64(query[d])
+        q64[d] = x
+        squares += x * x
+    norm = math.sqrt(squares)
+    unit = np.zeros(query.size, np.float32)
+    if norm != 0.0:
+        for d in range(query.size):
+            unit[d] = np.float32(q64[d] / norm)
+    return q64, norm, unit
+
+@jit
+def score(i: int, y: Any, y_cap: float, rec_scale: float, importance: Any, imp_scale: float, c: float,
+          cos_scale: float) -> float:
+    # Pass 1's score of a row, term by term as the numpy path computes it.
+    s = 0.0
+    if rec_scale != 0.0:
+        s = min(y[i], y_cap) * rec_scale
+    if imp_scale != 0.0:
+        s = s + importance[i] * imp_scale
+    if cos_scale != 0.0:
+        s = s + c * cos_scale
+    return s
+
+@jit
+def first_pass(dots: Any, inverse_norms: Any, y: Any, t0: float, importance: Any, now: float, decay: float,
+               w_rec: float, w_imp: float, w_rel: float, last_low: float, last_high: float, imp_low: float,
+               imp_high: float, dim_error: float, k: int, rows: Any, extremes: Any) -> tuple[int, int]:
+    # After the product: dots[i] *= inverse_norms[i] (float32, as np.multiply), their range, then every
+    # row's approximate score, kept only as far as needed: into `rows`, the rows within twice the slack
+    # of the k-th best score; into `extremes`, the rows that can hold the smallest or largest cosine.
+    # Returns how many of each, -1 if they did not fit.
+    n = dots.size
+    low = np.float32(np.inf)
+    high = np.float32(-np.inf)
+    nan = False
+    for i in range(n):
+        c = dots[i] * inverse_norms[i]
+        dots[i] = c
+        if c != c:
+            nan = True
+        elif c < low:
+            low = c
+        if c > high:
+            high = c
+    lo, hi = float(low), float(high)
+    error = dim_error if (math.isfinite(lo + hi) and not nan) else np.inf
+    rec_scale, y_cap, slack, magnitude = rec_terms(w_rec, decay, last_low, last_high, now, t0)
+    imp_scale, imp_magnitude = imp_terms(w_imp, imp_low, imp_high)
+    cos_scale, slack = rel_terms(lo, hi, error, w_rel, slack, magnitude + imp_magnitude, w_rec + w_imp + w_rel)
+    gap = 2 * slack
+    cut_low, cut_high = (lo + 2 * error, hi - 2 * error) if math.isfinite(error) else (np.inf, -np.inf)
+    best = np.full(max(k, 1), -np.inf)  # the k best so far, ascending
+    count = 0
+    ext = 0
+    for i in range(n):
+        c = dots[i]
+        s = 0.0
+        if rec_scale != 0.0:
+            yi = y[i]
+            s = (yi if yi < y_cap else y_cap) * rec_scale
+        if imp_scale != 0.0:
+            s = s + importance[i] * imp_scale
+        if cos_scale != 0.0:
+            s = s + np.float64(c) * cos_scale
+        if s > best[0]:
+            j = 0
+            while j + 1 < best.size and best[j + 1] < s:
+                best[j] = best[j + 1]
+                j += 1
+            best[j] = s
+        # best[0] only grows: the rows kept here are a superset of the final cut below.
+        if not (s < best[0] - gap):
+            if count < rows.size:
+                rows[count] = i
+            count += 1
+        if c <= cut_low or c >= cut_high or c != c:
+            if ext < extremes.size:
+                extremes[ext] = i
+            ext += 1
+    if count > rows.size or ext > extremes.size:
+        return -1, -1
+    kept = 0
+    for j in range(count):
+        i = rows[j]
+        if not (score(i, y, y_cap, rec_scale, importance, imp_scale, np.float64(dots[i]), cos_scale)
+                < best[0] - gap):
+            rows[kept] = i
+            kept += 1
+    return kept, ext
+
+@jit
+def exact_rows(matrix: Any, query: Any, q_norm: float) -> Any:
+    # The reference's cosine of each row: float64 products summed first to last.
+    m, dim = matrix.shape
+    out = np.zeros(m, np.float64)
+    if q_norm == 0.0:
+        return out
+    for r in range(m):
+        dot = 0.0
+        squares = 0.0
+        for d in range(dim):  # two sums, each first to last
+            x = np.float64(matrix[r, d])
+            dot += x * query[d]
+            squares += x * x
+        norm = math.sqrt(squares)
+        if norm != 0.0:
+            out[r] = dot / (norm * q_norm)
+    return out
+
+@jit
+def recency(decay: float, now: float, at: float) -> Any:
+    return decay ** (max(now - at, 0.0) / 3600.0)  # the reference's expression
+
+@jit
+def recency_range(decay: float, now: float, last: Any, low: float, high: float) -> tuple[float, float]:
+    # The reference's min and max recency (retrieve._recency_range, the same rule).
+    if decay == 1.0:
+        return 1.0, 1.0
+    window = 8 * 2 * _U64 * 3600.0 / -math.log(decay)
+    top = max(abs(low), abs(high))
+    if window < np.nextafter(top, np.inf) - top:
+        return recency(decay, now, low), recency(decay, now, high)
+    r_low, r_high = np.inf, -np.inf
+    for at in last:
+        if at <= low + window:
+            r_low = min(r_low, recency(decay, now, at))
+        if at >= high - window:
+            r_high = max(r_high, recency(decay, now, at))
+    return r_low, r_high
+
+@jit
+def scaled(value: float, low: float, high: float) -> float:
+    return 0.5 if high - low <= 0.0 else (value - low) / (high - low)
+
+@jit
+def finish(matrix: Any, offset: int, rows: Any, extremes: Any, query: Any, q_norm: float, last: Any,
+           importance: Any, created: Any, ids: Any, now: float, decay: float, w_rec: float, w_imp: float,
+           w_rel: float, last_low: float, last_high: float, imp_low: float, imp_high: float,
+           k: int) -> tuple[Any, Any]:
+    # Pass 2: the reference's cosine of the candidates `rows` and of the rows that can hold the stream's
+    # extreme cosines (rows of the stream: matrix[row - offset], or if offset < 0, matrix holds them
+    # gathered, candidates first), the reference's normalized parts and score of each candidate, and the
+    # k best by its rule (score, then the newer memory, then the higher id).
+    count = rows.size
+    if offset < 0:
+        cos = exact_rows(matrix, query, q_norm)
+    else:
+        cos = exact_rows(matrix[np.concatenate((rows, extremes)) - offset], query, q_norm)
+    c_low, c_high = np.inf, -np.inf
+    for c in cos:
+        c_low = min(c_low, c)
+        c_high = max(c_high, c)
+    r_low, r_high = recency_range(decay, now, last, last_low, last_high)
+    parts = np.empty((5, count))
+    for j in range(count):
+        row = rows[j]
+        rec = scaled(recency(decay, now, last[row]), r_low, r_high)
+        imp = scaled(importance[row], imp_low, imp_high)
+        rel = scaled(cos[j], c_low, c_high)
+        parts[0, j] = w_rec * rec + w_imp * imp + w_rel * rel
+        parts[1, j] = rec
+        parts[2, j] = imp
+        parts[3, j] = rel
+        parts[4, j] = cos[j]
+    take = min(k, count)
+    order = np.arange(count)
+    for i in range(take):  # selection of the k best, in order
+        best = i
+        for j in range(i + 1, count):
+            a, b = order[j], order[best]
+            sa, sb = parts[0, a], parts[0, b]
+            ta, tb = created[rows[a]], created[rows[b]]
+            if sa > sb or (sa == sb and (ta > tb or (ta == tb and ids[rows[a]] > ids[rows[b]]))):
+                best = j
+        order[i], order[best] = order[best], order[i]
+    top = order[:take]
+    return rows[top].copy(), np.ascontiguousarray(parts[:, top])
