@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,7 +14,7 @@ import numpy.typing as npt
 import openai
 
 from memstream.errors import ConfigError, EmbeddingError
-from memstream.llm import describe, map_provider_errors
+from memstream.llm import describe, map_provider_errors, post_json, raw_requests
 
 __all__ = ["Embedder", "OpenAIEmbedder", "RetryMeter", "SentenceTransformerEmbedder", "TokenMeter", "normalize_rows"]
 
@@ -51,6 +52,15 @@ def normalize_rows(matrix: npt.ArrayLike) -> Matrix:
     return out
 
 
+def _vector(value: Any) -> Matrix:
+    """One embedding of an answer: base64 of little-endian float32, or a list of numbers."""
+    if isinstance(value, str):
+        return np.frombuffer(base64.b64decode(value, validate=True), dtype="<f4").astype(np.float32)
+    if not isinstance(value, list):
+        raise TypeError("an embedding is neither base64 nor a list")
+    return np.asarray(value, dtype=np.float32)
+
+
 class OpenAIEmbedder:
     """Embeddings through openai.AsyncOpenAI: one request per batch of up to `batch_size` texts."""
 
@@ -62,26 +72,37 @@ class OpenAIEmbedder:
 
     async def embed_batch(self, texts: Sequence[str]) -> Matrix:
         """Vectors for `texts`, in order."""
-        rows: list[list[float]] = []
+        rows: list[Any] = []
         for start in range(0, len(texts), self.batch_size):
             rows.extend(await self._request(list(texts[start:start + self.batch_size])))
         if len(rows) != len(texts):
             raise EmbeddingError(f"asked for {len(texts)} embeddings, got {len(rows)}")
         return np.asarray(rows, dtype=np.float32).reshape(len(texts), -1)
 
-    async def _request(self, texts: list[str]) -> list[list[float]]:
+    async def _request(self, texts: list[str]) -> list[Any]:
         where = describe(self.client, self.model)
         # Empty strings are rejected by OpenAI; a single space embeds as "nothing".
         inputs = [text if text.strip() else " " for text in texts]
         extra: dict[str, Any] = {} if self.dimensions is None else {"dimensions": self.dimensions}
         with map_provider_errors(EmbeddingError, where):
+            if raw_requests():
+                # As the SDK's typed method does: float32 in base64 asked for, plain float lists accepted.
+                data, retries = await post_json(self.client, "/embeddings", {
+                    "model": self.model, "input": inputs, "encoding_format": "base64", **extra})
+                self._retries += retries
+                usage = data.get("usage") or {}
+                self._tokens += int(usage.get("total_tokens") or 0)
+                items = sorted(data["data"], key=lambda item: item["index"])
+                if len(items) != len(inputs):  # mapped to "sent a malformed answer"
+                    raise ValueError(f"{len(items)} embeddings for {len(inputs)} texts")
+                return [_vector(item["embedding"]) for item in items]
             raw = await self.client.embeddings.with_raw_response.create(model=self.model, input=inputs, **extra)
             self._retries += raw.retries_taken
             response = raw.parse()
-            data = sorted(response.data, key=lambda item: item.index)
+            ordered = sorted(response.data, key=lambda item: item.index)
             if response.usage:
                 self._tokens += response.usage.total_tokens
-            return [list(item.embedding) for item in data]
+            return [list(item.embedding) for item in ordered]
 
     def take_tokens(self) -> int:
         """Tokens used since the last call."""
