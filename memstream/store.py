@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import logging
-import mmap
+import os
 import re
-import threading
 import types
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextvars import ContextVar
@@ -24,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 import sqlite_vec
 
+from memstream import _load
 from memstream.clock import from_timestamp
 from memstream.errors import MemoryNotFound, MigrationError, StoreError
 from memstream.records import EvidenceNode, Memory, Source
@@ -37,6 +36,9 @@ _MIGRATION_NAME = re.compile(r"^(\d+)_(\w+)\.sql$")
 # A pending observation whose model calls failed waits RETRY_BASE * 2**(failures - 1) seconds, at most
 # RETRY_CAP, before it is tried again (a restart tries every pending observation at once).
 RETRY_BASE_SECONDS = 30.0
+# A stream this large is read by worker processes when it is loaded (one per core, at most the maximum).
+PARALLEL_LOAD_ROWS = 200_000
+MAX_LOAD_PROCESSES = 8
 RETRY_CAP_SECONDS = 900.0
 _touches: ContextVar[dict[int, float] | None] = ContextVar("memstream_deferred_touches", default=None)
 
@@ -150,108 +152,44 @@ class StreamArrays:
     """Everything retrieval needs of one stream, column-wise."""
 
     ids: npt.NDArray[np.int64]
-    embeddings: npt.NDArray[np.float32]
+    # One (n, dim) matrix, or consecutive blocks of rows (a load in several processes gives one each).
+    embeddings: npt.NDArray[np.float32] | list[npt.NDArray[np.float32]]
     importance: npt.NDArray[np.float32]
     last_accessed: npt.NDArray[np.float64]
     created: npt.NDArray[np.float64]
     inverse_norms: npt.NDArray[np.float32] | None = None  # 1/|row| (0 for a zero row), if known
 
+    def blocks(self) -> list[npt.NDArray[np.float32]]:
+        """The embeddings as a list of blocks of rows, in row order."""
+        return list(self.embeddings) if isinstance(self.embeddings, list) else [self.embeddings]
 
-# NOT INDEXED: walk the table in id order over a range of ids, not the stream index in time order.
-_SELECT_READY = ("SELECT id, importance, last_accessed_at, created_at, embedding FROM memories NOT INDEXED "
-                 "WHERE stream = ? AND status = 'ready' AND id BETWEEN ? AND ?")
-_LOAD_CHUNK = 4096
-
-
-_MADV_POPULATE_WRITE = 23  # Linux 5.14+; not exported by Python 3.11's mmap module
-
-
-def inverse_norms(matrix: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-    """1 / the Euclidean norm of each row (summed in float64), 0 for a zero row."""
-    squares = np.einsum("ij,ij->i", matrix, matrix, dtype=np.float64)
-    inv = np.zeros(len(matrix), np.float64)
-    np.divide(1.0, np.sqrt(squares), out=inv, where=squares > 0.0)
-    out: npt.NDArray[np.float32] = inv.astype(np.float32)
-    return out
-
-
-def large_empty(shape: tuple[int, int], *, populate: bool = False) -> npt.NDArray[np.float32]:
-    """An uninitialized float32 matrix; a large one in transparent huge pages where Linux offers them.
-
-    Touching 1.5 GB of fresh memory costs 1-3 s of page faults on this kind of VM. With `populate`, a
-    background thread has the kernel map the pages ahead of the writer (without writing to them), while
-    the writer spends its time in SQLite.
-    """
-    size = shape[0] * shape[1] * 4
-    if size < 1 << 24 or not hasattr(mmap, "MADV_HUGEPAGE"):
-        return np.empty(shape, np.float32)
-    region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    with contextlib.suppress(OSError):
-        region.madvise(mmap.MADV_HUGEPAGE)
-    matrix = np.frombuffer(region, dtype=np.float32).reshape(shape)  # the array keeps the mapping alive
-    if populate:
-        threading.Thread(target=_populate, args=(matrix,), daemon=True).start()
-    return matrix
-
-
-def _populate(matrix: npt.NDArray[np.float32]) -> None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)  # ctypes releases the GIL during the call
-        madvise = libc.madvise
-        madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    except (OSError, AttributeError):
-        return
-    base, total, step = matrix.ctypes.data, matrix.nbytes, 32 << 20
-    for offset in range(0, total, step):
-        if madvise(base + offset, min(step, total - offset), _MADV_POPULATE_WRITE) != 0:
-            return  # an older kernel: the writer takes the page faults itself
-
-
-class _Sink:
-    """Preallocated columns filled chunk by chunk; `arrays` returns the filled part without a copy."""
-
-    def __init__(self, capacity: int, dim: int) -> None:
-        self.capacity, self.width, self.n = capacity, dim * 4, 0
-        self.ids = np.empty(capacity, np.int64)
-        self.importance = np.empty(capacity, np.float32)
-        self.last = np.empty(capacity, np.float64)
-        self.created = np.empty(capacity, np.float64)
-        self.embeddings = large_empty((capacity, dim), populate=True)
-        self.inverse_norms = np.empty(capacity, np.float32)
-
-    def _reserve(self, count: int) -> tuple[int, int]:
-        start, end = self.n, self.n + count
-        if end > self.capacity:
-            raise StoreError("the stream grew while it was being loaded; try again")
-        return start, end
-
-    def put(self, rows: Sequence[Sequence[Any]]) -> None:
-        """Copy a chunk of (id, importance, last access, created, embedding) rows in."""
-        start, end = self._reserve(len(rows))
-        self.ids[start:end] = [r[0] for r in rows]
-        self.importance[start:end] = [r[1] for r in rows]
-        self.last[start:end] = [r[2] for r in rows]
-        self.created[start:end] = [r[3] for r in rows]
-        flat, width, offset = self.embeddings.data.cast("B"), self.width, start * self.width
-        for r in rows:
-            blob = r[4]
-            if len(blob) != width:
-                raise StoreError(f"memory #{r[0]} has an embedding of {len(blob)} bytes, expected {width}")
-            flat[offset:offset + width] = blob
-            offset += width
-        self.inverse_norms[start:end] = inverse_norms(self.embeddings[start:end])
-        self.n = end
-
-    def arrays(self) -> StreamArrays:
-        """The filled rows as StreamArrays (views)."""
-        n = self.n
-        return StreamArrays(self.ids[:n], self.embeddings[:n], self.importance[:n], self.last[:n],
-                            self.created[:n], self.inverse_norms[:n])
+    def matrix(self) -> npt.NDArray[np.float32]:
+        """The embeddings as one matrix (a copy if they are in several blocks)."""
+        if isinstance(self.embeddings, list):
+            return np.concatenate(self.embeddings) if self.embeddings else np.empty((0, 0), np.float32)
+        return self.embeddings
 
 
 _INSERT = ("INSERT INTO memories (stream, kind, text, created_at, last_accessed_at, importance, importance_source, "
            "depth, author, author_id, channel, channel_id, message_id, status, embedding) "
            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+
+
+def _arrays(sink: _load.Sink) -> StreamArrays:
+    """The filled rows of a sink as StreamArrays (views)."""
+    n = sink.n
+    return StreamArrays(sink.ids[:n], sink.embeddings[:n], sink.importance[:n], sink.last[:n], sink.created[:n],
+                        sink.inverse_norms[:n])
+
+
+def _joined(parts: Sequence[_load.Part], dim: int) -> StreamArrays:
+    """The parts read by worker processes as StreamArrays: the embeddings stay in their blocks."""
+    def column(name: str) -> npt.NDArray[Any]:
+        return np.concatenate([part.columns[name] for part in parts])
+
+    blocks = [part.embeddings for part in parts if len(part.embeddings)]
+    return StreamArrays(column("ids"), blocks if blocks else np.empty((0, dim), np.float32), column("importance"),
+                        column("last"), column("created"), column("inverse_norms"))
 
 
 def _insert_row(m: NewMemory) -> tuple[Any, ...]:
@@ -280,8 +218,10 @@ def _memory(row: Sequence[Any]) -> Memory:
 class Store:
     """Async access to one persona's SQLite file. Open with `await Store.open(path)`."""
 
-    def __init__(self, conn: aiosqlite.Connection, path: str) -> None:
+    def __init__(self, conn: aiosqlite.Connection, path: str, *, load_processes: int | None = None) -> None:
         self.conn, self.path = conn, path
+        # Processes that read a stream's rows at load: None picks (several for a large stream), 1 never.
+        self.load_processes = load_processes
         self._in_transaction = False
         self._owner: asyncio.Task[Any] | None = None
         self._lock = asyncio.Lock()
@@ -289,8 +229,13 @@ class Store:
     # -- lifecycle -------------------------------------------------------------------------------
 
     @classmethod
-    async def open(cls, path: str | Path, *, migrations: Path | None = None) -> Store:
-        """Open (creating if needed) the file, load sqlite-vec, apply pending migrations."""
+    async def open(cls, path: str | Path, *, migrations: Path | None = None,
+                   load_processes: int | None = None) -> Store:
+        """Open (creating if needed) the file, load sqlite-vec, apply pending migrations.
+
+        `load_processes`: how many processes read a stream's rows when it is first loaded; None (the
+        default) uses one per core for a stream of PARALLEL_LOAD_ROWS memories or more, 1 never starts one.
+        """
         module = sqlite_module()
         location = str(path)
         if location != ":memory:":
@@ -308,7 +253,7 @@ class Store:
 
         try:
             conn = await aiosqlite.Connection(connector, 64)
-            store = cls(conn, location)
+            store = cls(conn, location, load_processes=load_processes)
             for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON",
                            "secure_delete=ON", "busy_timeout=5000"):
                 await conn.execute(f"PRAGMA {pragma}")
@@ -680,9 +625,9 @@ class Store:
     async def load_stream(self, stream: str) -> StreamArrays:
         """The ready memories of a stream, as arrays for retrieval (rows in no particular order).
 
-        A file is read by a read-only connection in a worker thread (it does not hold up this
+        A file is read by read-only connections off the event loop (they do not hold up this
         connection's writes), straight into preallocated arrays: one copy of the embeddings in memory,
-        never two. (A second reader thread was slower: SQLite releases the GIL at every row.)
+        never two. A large stream is read by several processes at once (memstream._load).
         """
         dims = await self.get_meta("embedding_dimensions")
         dim = int(dims) if dims else 0
@@ -691,28 +636,50 @@ class Store:
         ) as cur:
             row = await cur.fetchone()
         count, low, high = (int(row[0]), row[1], row[2]) if row else (0, None, None)
-        sink = _Sink(count, dim)
         if count == 0 or low is None or high is None:
-            return sink.arrays()
+            return _arrays(_load.Sink(0, dim))
         if self.path == ":memory:" or self._in_transaction:
-            async with self.conn.execute(_SELECT_READY, (stream, low, high)) as cur:
-                while rows := list(await cur.fetchmany(_LOAD_CHUNK)):
-                    sink.put(rows)
-            return sink.arrays()
-        await asyncio.to_thread(self._read_range, stream, int(low), int(high), sink)
-        return sink.arrays()
+            sink = _load.Sink(count, dim)
+            async with self.conn.execute(_load.SELECT_READY, (stream, low, high)) as cur:
+                while rows := list(await cur.fetchmany(_load.CHUNK)):
+                    try:
+                        sink.put(rows)
+                    except _load.LoadError as exc:
+                        raise StoreError(str(exc)) from exc
+            return _arrays(sink)
+        workers = self._load_workers(count)
+        if workers > 1:
+            try:
+                parts = await asyncio.to_thread(_load.load_in_processes, sqlite_module().__name__, self.path,
+                                                stream, int(low), int(high), count, dim, workers)
+                return _joined(parts, dim)
+            except _load.LoadError as exc:
+                raise StoreError(str(exc)) from exc
+            except _load.WorkerFailed as exc:
+                log.warning("loading stream %r in %d processes failed (%s); loading it here", stream, workers, exc)
+        return await asyncio.to_thread(self._read_range, stream, int(low), int(high), count, dim)
 
-    def _read_range(self, stream: str, low: int, high: int, sink: _Sink) -> None:
-        uri = Path(self.path).resolve().as_uri() + "?mode=ro"
-        conn = sqlite_module().connect(uri, uri=True, check_same_thread=False)
+    def _load_workers(self, count: int) -> int:
+        """How many processes read a stream of `count` rows (1: this one)."""
+        if self.load_processes is not None:
+            return max(1, self.load_processes)
+        if count < PARALLEL_LOAD_ROWS:
+            return 1
         try:
-            cursor = conn.execute(_SELECT_READY, (stream, low, high))
-            while rows := cursor.fetchmany(_LOAD_CHUNK):
-                sink.put(rows)
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:  # not Linux
+            cores = os.cpu_count() or 1
+        return max(1, min(cores, MAX_LOAD_PROCESSES, count // (PARALLEL_LOAD_ROWS // 2)))
+
+    def _read_range(self, stream: str, low: int, high: int, count: int, dim: int) -> StreamArrays:
+        sink = _load.Sink(count, dim)
+        try:
+            _load.read_range(_load.read_only(sqlite_module(), self.path), stream, low, high, sink)
+        except _load.LoadError as exc:
+            raise StoreError(str(exc)) from exc
         except sqlite_module().Error as exc:
             raise StoreError(f"cannot read stream {stream!r} from {self.path}: {exc}") from exc
-        finally:
-            conn.close()
+        return _arrays(sink)
 
     async def load_vector(self, memory_id: int) -> npt.NDArray[np.float32]:
         """One memory's embedding."""

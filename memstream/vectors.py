@@ -18,7 +18,8 @@ import numpy as np
 import numpy.typing as npt
 
 from memstream import kernels
-from memstream.store import Store, StreamArrays, inverse_norms, large_empty
+from memstream._load import inverse_norms, large_empty
+from memstream.store import Store, StreamArrays
 
 __all__ = ["StreamVectors", "VectorIndex"]
 
@@ -236,12 +237,15 @@ class StreamVectors:
     # -- internals ---------------------------------------------------------------------------------
 
     def _adopt(self, arrays: StreamArrays, copy: bool) -> None:
-        matrix = arrays.embeddings
-        if copy or matrix.dtype != np.float32 or not matrix.flags.c_contiguous:
-            matrix = np.array(matrix, dtype=np.float32, order="C")
+        if copy:
+            blocks = [np.array(arrays.matrix(), dtype=np.float32, order="C")]
+        else:
+            blocks = [np.ascontiguousarray(block, dtype=np.float32) for block in arrays.blocks()]
         n = len(arrays.ids)
-        self.dim = matrix.shape[1]
-        self._blocks, self._starts = [matrix], [0]
+        if sum(len(b) for b in blocks) != n:
+            raise ValueError(f"{n} ids but {sum(len(b) for b in blocks)} embeddings")
+        self.dim = blocks[0].shape[1]
+        self._blocks, self._starts = blocks, [0, *np.cumsum([len(b) for b in blocks[:-1]]).tolist()]
         cap = max(n, 64)
         self._ids = np.zeros(cap, np.int64)
         self._imp, self._last, self._created = (np.zeros(cap, np.float64) for _ in range(3))
@@ -253,9 +257,10 @@ class StreamVectors:
         if arrays.inverse_norms is not None and not copy:
             self._inv[:n] = arrays.inverse_norms
         else:
-            for start in range(0, n, _CHUNK):
-                end = min(n, start + _CHUNK)
-                self._inv[start:end] = inverse_norms(matrix[start:end])
+            for first, block in zip(self._starts, blocks, strict=True):
+                for start in range(0, len(block), _CHUNK):
+                    end = min(len(block), start + _CHUNK)
+                    self._inv[first + start:first + end] = inverse_norms(block[start:end])
         self._odd = self._count_odd(self._inv[:n])
         self.n = n
 

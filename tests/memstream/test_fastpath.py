@@ -15,12 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memstream import kernels
+from memstream._load import split
 from memstream.clock import to_timestamp
 from memstream.config import StreamConfig
+from memstream.errors import StoreError
 from memstream.llm import Completion
 from memstream.models import RoleModel
 from memstream.retrieve import rank, rank_reference
-from memstream.store import Store, StreamArrays
+from memstream.store import NewMemory, Store, StreamArrays
 from memstream.stream import MemoryStream, Observation
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
 from memstream.vectors import StreamVectors, VectorIndex
@@ -331,28 +333,71 @@ async def test_a_burst_is_rated_once_each_embedded_in_batches_with_bounded_calls
     assert len((await store.load_stream("guild:1")).ids) == per_stream["guild:1"]
 
 
-async def test_loading_a_file_matches_the_rows_of_the_store(tmp_path: Path) -> None:
+@pytest.mark.parametrize("processes", [1, 2, 3])
+async def test_loading_a_file_matches_the_rows_of_the_store(tmp_path: Path, processes: int) -> None:
+    # Streams interleaved, pending rows among ready ones, ids with gaps: in this process or in several.
     rng = np.random.default_rng(5)
-    store = await Store.open(tmp_path / "load.db")
+    store = await Store.open(tmp_path / "load.db", load_processes=processes)
     try:
-        from memstream.store import NewMemory
-
         rows = [NewMemory(stream="s" if i % 4 else "t", kind="observation", text=f"m{i}", created_at=T0 + i * 0.125,
                           importance=int(rng.integers(1, 11)) if i % 7 else None,
                           embedding=rng.standard_normal(6).astype(np.float32) if i % 7 else None)
                  for i in range(3000)]
         ids = await store.insert(rows)
+        await store.delete(ids[100:400])
         loaded = await store.load_stream("s")
-        expect = [(i, r) for i, r in zip(ids, rows, strict=True) if r.stream == "s" and r.embedding is not None]
+        expect = [(i, r) for i, r in zip(ids, rows, strict=True)
+                  if r.stream == "s" and r.embedding is not None and not ids[100] <= i < ids[400]]
+        assert len(loaded.blocks()) == (processes if processes > 1 else 1)
         order = np.argsort(loaded.ids)
         assert loaded.ids[order].tolist() == [i for i, _ in expect]
-        assert np.array_equal(loaded.embeddings[order], np.stack([r.embedding for _, r in expect]))  # type: ignore[misc]
+        assert np.array_equal(loaded.matrix()[order], np.stack([r.embedding for _, r in expect]))  # type: ignore[misc]
         assert loaded.created[order].tolist() == [r.created_at for _, r in expect]
+        assert loaded.last_accessed[order].tolist() == [r.created_at for _, r in expect]
         assert loaded.importance[order].tolist() == [r.importance for _, r in expect]
+        assert loaded.inverse_norms is not None
+        assert np.allclose(loaded.inverse_norms[order],
+                           1 / np.linalg.norm(np.stack([r.embedding for _, r in expect]), axis=1), rtol=1e-6)  # type: ignore[misc]
         vectors = await VectorIndex(store).get("s")
         assert sorted(vectors.ids.tolist()) == [i for i, _ in expect]
+        reference = StreamVectors(StreamArrays(vectors.ids.copy(), vectors.embeddings.copy(),
+                                               vectors.importance.astype(np.float32), vectors.last_accessed.copy(),
+                                               vectors.created.copy()))
+        for seed in range(3):
+            query = np.random.default_rng(seed).standard_normal(6).astype(np.float32).tolist()
+            expected = rank(reference, query, T0 + 3600, StreamConfig(), 5)
+            found = rank(vectors, query, T0 + 3600, StreamConfig(), 5)
+            assert vectors.ids[found.rows].tolist() == reference.ids[expected.rows].tolist()
+            assert np.array_equal(found.score, expected.score)
+            vectors.append([10**6 + seed], [query], [5.0], T0 + 10, T0 + 10)  # a new block after the loaded ones
+            reference.append([10**6 + seed], [query], [5.0], T0 + 10, T0 + 10)
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("processes", [1, 3])
+async def test_a_bad_row_fails_the_load_with_its_id_whoever_reads_it(tmp_path: Path, processes: int) -> None:
+    store = await Store.open(tmp_path / "bad.db", load_processes=processes)
+    try:
+        rows = [NewMemory(stream="s", kind="observation", text=f"m{i}", created_at=T0 + i, importance=3,
+                          embedding=np.full(4, i + 1, np.float32)) for i in range(90)]
+        ids = await store.insert(rows)
+        async with store.transaction():
+            await store.conn.execute("UPDATE memories SET embedding = zeroblob(12) WHERE id = ?", (ids[70],))
+        with pytest.raises(StoreError, match=f"memory #{ids[70]} has an embedding of 12 bytes, expected 16"):
+            await store.load_stream("s")
+    finally:
+        await store.close()
+
+
+def test_the_worker_split_covers_every_id_once() -> None:
+    for low, high, parts in [(1, 1, 3), (1, 2, 3), (5, 1_000_004, 2), (7, 100, 7), (-3, 3, 4)]:
+        ranges = split(low, high, parts)
+        covered = [i for first, last in ranges for i in range(first, last + 1)]
+        assert covered == list(range(low, high + 1))
+        assert len(ranges) == min(parts, high - low + 1)
+        widths = [last - first + 1 for first, last in ranges]
+        assert max(widths) - min(widths) <= 1
 
 
 def test_near_ties_below_float32_resolution_are_decided_exactly() -> None:
