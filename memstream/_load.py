@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = ["CHUNK", "SELECT_READY", "LoadError", "Part", "Sink", "WorkerFailed", "inverse_norms", "large_empty",
-           "load_in_processes", "read_only", "read_range", "split"]
+           "load_in_processes", "processes_available", "read_only", "read_range", "split"]
 
 # NOT INDEXED: walk the table in id order over a range of ids, not the stream index in time order.
 SELECT_READY = ("SELECT id, importance, last_accessed_at, created_at, embedding FROM memories NOT INDEXED "
@@ -158,17 +158,22 @@ def read_range(connect: Any, stream: str, low: int, high: int, sink: Sink) -> No
         conn.close()
 
 
-def read_only(module: Any, path: str) -> Any:
-    """A function opening `path` read-only with the SQLite binding `module`."""
+def read_only(module: Any, path: str, *, mapped: bool = False) -> Any:
+    """A function opening `path` read-only with the SQLite binding `module`.
+
+    `mapped`: SQLite reads the file's pages through a memory map rather than a read() each, ~10% faster
+    on a long scan (memstream never shrinks the file, the one case in which a map is unsafe). The mapped
+    pages are the page cache's, but they count in the process's resident size: only short-lived worker
+    processes use it, never the persona's own process.
+    """
     from pathlib import Path
 
     uri = Path(path).resolve().as_uri() + "?mode=ro"
 
     def connect() -> Any:
         conn = module.connect(uri, uri=True, check_same_thread=False)
-        # Pages read through a memory map, not a read() each: ~15% faster on a long scan. (memstream never
-        # shrinks the file, the one case in which a map is unsafe.)
-        conn.execute(f"PRAGMA mmap_size = {_MMAP_LIMIT}")
+        if mapped:
+            conn.execute(f"PRAGMA mmap_size = {_MMAP_LIMIT}")
         return conn
 
     return connect
@@ -185,6 +190,11 @@ class Part:
     columns: dict[str, npt.NDArray[Any]]
 
 
+def processes_available() -> bool:
+    """Whether this system can load in worker processes (Linux: memfd; an interpreter to start)."""
+    return bool(sys.executable) and hasattr(os, "memfd_create")
+
+
 def split(low: int, high: int, parts: int) -> list[tuple[int, int]]:
     """[low, high] cut into `parts` consecutive id ranges of (nearly) equal width."""
     width = high - low + 1
@@ -199,7 +209,7 @@ def load_in_processes(module: str, path: str, stream: str, low: int, high: int, 
     `capacity` bounds the rows of any one part (the stream's row count). Raises LoadError for bad data
     (as the worker reported it) and WorkerFailed when the processes themselves could not do the work.
     """
-    if not sys.executable or not hasattr(os, "memfd_create"):
+    if not processes_available():
         raise WorkerFailed("no interpreter to start, or no memfd on this system")
     size = max(capacity, 1) * dim * 4
     started: list[tuple[int, subprocess.Popen[bytes]]] = []
@@ -241,7 +251,8 @@ def load_in_processes(module: str, path: str, stream: str, low: int, high: int, 
             if process.returncode == 2:
                 raise LoadError(message)
             if process.returncode != 0:
-                raise WorkerFailed(f"a loader process exited with {process.returncode}: {message[-500:]}")
+                tail = message.splitlines()[-1] if message else "no message"
+                raise WorkerFailed(f"a loader process exited with {process.returncode}: {tail}")
             parts.append(_receive(fd, out, dim))
         return parts
     except OSError as exc:
@@ -285,7 +296,8 @@ def _work(spec: dict[str, Any]) -> int:
     thread = threading.Thread(target=populator.run, daemon=True)
     thread.start()
     try:
-        read_range(read_only(module, spec["path"]), spec["stream"], int(spec["low"]), int(spec["high"]), sink)
+        connect = read_only(module, spec["path"], mapped=True)
+        read_range(connect, spec["stream"], int(spec["low"]), int(spec["high"]), sink)
     except LoadError as exc:
         print(exc, file=sys.stderr)
         return 2

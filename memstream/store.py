@@ -661,6 +661,8 @@ class Store:
 
     def _load_workers(self, count: int) -> int:
         """How many processes read a stream of `count` rows (1: this one)."""
+        if not _load.processes_available():
+            return 1
         if self.load_processes is not None:
             return max(1, self.load_processes)
         if count < PARALLEL_LOAD_ROWS:

@@ -364,8 +364,6 @@ class VectorIndex:
         generation = self._generation.get(stream, 0)
         try:
             arrays = await self.store.load_stream(stream)
-            if len(arrays.ids) >= _WARM_ROWS:
-                kernels.warm(background=True)
             vectors = await asyncio.to_thread(StreamVectors, arrays, copy=False)
             for op in self._journals.get(stream, []):
                 op(vectors)
@@ -381,7 +379,13 @@ class VectorIndex:
         """The matrix of a stream, with no write to it until the block ends."""
         vectors = await self.get(stream)
         async with self._lock(stream):
-            yield self._streams.get(stream, vectors)
+            current = self._streams.get(stream, vectors)
+            try:
+                yield current
+            finally:
+                if current.n >= _WARM_ROWS:
+                    # After the first query, not before it: loading the loops holds the GIL for a while.
+                    kernels.warm(background=True)
 
     def loaded(self, stream: str) -> StreamVectors | None:
         """The matrix if loaded (writes to unloaded streams need not touch memory)."""

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memstream import kernels
-from memstream._load import split
+from memstream._load import WorkerFailed, load_in_processes, split
 from memstream.clock import to_timestamp
 from memstream.config import StreamConfig
 from memstream.errors import StoreError
@@ -388,6 +388,13 @@ async def test_a_bad_row_fails_the_load_with_its_id_whoever_reads_it(tmp_path: P
             await store.load_stream("s")
     finally:
         await store.close()
+
+
+async def test_a_worker_that_cannot_run_is_reported_as_such(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "w.db")
+    await store.close()
+    with pytest.raises(WorkerFailed, match=r"exited with 1: ModuleNotFoundError: No module named 'no_such_sqlite'"):
+        load_in_processes("no_such_sqlite", str(tmp_path / "w.db"), "s", 1, 100, 100, 4, 2)
 
 
 def test_the_worker_split_covers_every_id_once() -> None:
