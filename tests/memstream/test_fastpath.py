@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memstream import kernels
-from memstream._load import WorkerFailed, load_in_processes, split
+from memstream._load import WorkerFailed, load_in_processes, processes_available, split
 from memstream.clock import to_timestamp
 from memstream.config import StreamConfig
 from memstream.errors import StoreError
@@ -336,6 +336,8 @@ async def test_a_burst_is_rated_once_each_embedded_in_batches_with_bounded_calls
 @pytest.mark.parametrize("processes", [1, 2, 3])
 async def test_loading_a_file_matches_the_rows_of_the_store(tmp_path: Path, processes: int) -> None:
     # Streams interleaved, pending rows among ready ones, ids with gaps: in this process or in several.
+    if processes > 1 and not processes_available():
+        pytest.skip("loading in worker processes needs Linux (memfd)")
     rng = np.random.default_rng(5)
     store = await Store.open(tmp_path / "load.db", load_processes=processes)
     try:
