@@ -112,7 +112,7 @@ class _Populator:
 
 
 class Sink:
-    """Preallocated columns filled chunk by chunk; `arrays` gives the filled part without a copy."""
+    """Preallocated columns (and a matrix, given or made) filled chunk by chunk, in place."""
 
     def __init__(self, capacity: int, dim: int, *, matrix: npt.NDArray[np.float32] | None = None) -> None:
         self.capacity, self.width, self.n = capacity, dim * 4, 0

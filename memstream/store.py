@@ -236,6 +236,9 @@ class Store:
         `load_processes`: how many processes read a stream's rows when it is first loaded; None (the
         default) uses one per core for a stream of PARALLEL_LOAD_ROWS memories or more, 1 never starts one.
         """
+        if load_processes is not None and (isinstance(load_processes, bool) or not isinstance(load_processes, int)
+                                           or load_processes < 1):
+            raise ValueError(f"load_processes must be a whole number of 1 or more, or None; got {load_processes!r}")
         module = sqlite_module()
         location = str(path)
         if location != ":memory:":
@@ -664,7 +667,7 @@ class Store:
         if not _load.processes_available():
             return 1
         if self.load_processes is not None:
-            return max(1, self.load_processes)
+            return self.load_processes
         if count < PARALLEL_LOAD_ROWS:
             return 1
         try:

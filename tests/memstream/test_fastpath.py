@@ -399,6 +399,29 @@ async def test_a_worker_that_cannot_run_is_reported_as_such(tmp_path: Path) -> N
         load_in_processes("no_such_sqlite", str(tmp_path / "w.db"), "s", 1, 100, 100, 4, 2)
 
 
+async def test_when_workers_cannot_start_the_stream_loads_in_this_process(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    store = await Store.open(tmp_path / "fallback.db", load_processes=2)
+    try:
+        rows = [NewMemory(stream="s", kind="observation", text=f"m{i}", created_at=T0 + i, importance=3,
+                          embedding=np.full(4, i + 1, np.float32)) for i in range(50)]
+        ids = await store.insert(rows)
+        monkeypatch.setattr("sys.executable", str(tmp_path / "no-such-python"))
+        loaded = await store.load_stream("s")
+        assert sorted(loaded.ids.tolist()) == ids and len(loaded.blocks()) == 1
+        assert "cannot start a loader process" in caplog.text and "loading it here" in caplog.text
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5, True, "2"])
+async def test_a_bad_number_of_load_processes_is_refused_before_the_file_is_touched(tmp_path: Path,
+                                                                                  bad: object) -> None:
+    with pytest.raises(ValueError, match="load_processes must be a whole number of 1 or more"):
+        await Store.open(tmp_path / "never.db", load_processes=bad)  # type: ignore[arg-type]
+    assert not (tmp_path / "never.db").exists()
+
+
 def test_the_worker_split_covers_every_id_once() -> None:
     for low, high, parts in [(1, 1, 3), (1, 2, 3), (5, 1_000_004, 2), (7, 100, 7), (-3, 3, 4)]:
         ranges = split(low, high, parts)
