@@ -22,7 +22,7 @@ def test_the_wheel_ships_prompts_and_migrations_and_finds_them(tmp_path: Path) -
         assert f"memstream/prompt_templates/{prompt.name}" in names
     for migration in ROOT.glob("migrations/*.sql"):
         assert f"memstream/migrations/{migration.name}" in names
-    assert {"bot/__main__.py", "memstream/py.typed"} <= names
+    assert {"bot/__main__.py", "memstream/py.typed", "memstream/_load.py"} <= names  # workers run _load.py by path
     script = (
         "import asyncio, memstream.prompts as p, memstream.store as s\n"
         "print(p.__file__)\n"
