@@ -115,19 +115,27 @@ async def cmd_import(memory: MemoryStream, args: argparse.Namespace) -> int:
     history = read_history(Path(args.file), stream=args.stream if args.stream_given else None,
                            importance=args.importance, include_bots=args.include_bots)
     lines = history.observations
+    # Reflections run only when asked (--reflect), at the imported messages' time, never behind the user's back.
+    memory.auto_reflect = False
     # A run that was interrupted left its last lines pending: finish them (its stored lines are skipped).
     await memory.complete_pending()
-    stored = pending = 0
+    stored = 0
+    waiting: list[int] = []
     chunk = 256
     for start in range(0, len(lines), chunk):
         part = lines[start:start + chunk]
         memories = await memory.observe_many(part)
         stored += sum(1 for m in memories if m.status == "ready")
-        pending += sum(1 for m in memories if m.status == "pending")
+        waiting += [m.id for m in memories if m.status == "pending"]
         if args.reflect:
             for stream in await memory.due_streams():
                 await memory.reflect(stream, at=max(o.at for o in part if o.at), only_if_due=True)
         _progress(min(start + chunk, len(lines)), len(lines), chunk)
+    if waiting:  # lines another import stored and is still completing, or whose model calls failed: try once more
+        await memory.complete(sorted(set(waiting)))
+        now = await memory.store.get_many(sorted(set(waiting)))
+        stored += sum(1 for i in waiting if i in now and now[i].status == "ready")
+    pending = len(lines) - stored
     due = await memory.due_streams()
     _emit(args, {"format": history.format, "observations": len(lines), "skipped": history.skipped,
                  "ready": stored, "pending": pending, "due_for_reflection": due},
@@ -197,7 +205,8 @@ async def cmd_forget(memory: MemoryStream, args: argparse.Namespace) -> int:
     stream = args.stream if args.stream_given else None
     if args.all and stream is not None:
         removed = await memory.purge(stream)
-        _emit(args, {"stream": stream, "memories": removed}, [f"stream {stream}: {removed} memory(ies) forgotten"])
+        _emit(args, {"stream": stream, "memories": removed, "scrubbed": memory.scrubbed},
+              [f"stream {stream}: {removed} memory(ies) forgotten", *_scrub_lines(memory)])
         return 0
     gone: list[int] = []
     if args.author:
@@ -207,9 +216,20 @@ async def cmd_forget(memory: MemoryStream, args: argparse.Namespace) -> int:
         gone = await memory.forget_messages(args.message)
     else:
         gone = await memory.forget(args.memory_ids, stream=stream)
-    _emit(args, {"forgotten": gone}, [f"forgotten: {len(gone)} memory(ies), with the insights and replies "
-                                      "built on them; no copy of their text is left in the database file"])
+    done = f"forgotten: {len(gone)} memory(ies), with the insights and replies built on them"
+    if memory.scrubbed:
+        done += "; no copy of their text is left in the database file"
+    _emit(args, {"forgotten": gone, "scrubbed": memory.scrubbed}, [done, *_scrub_lines(memory)])
     return 0
+
+
+def _scrub_lines(memory: MemoryStream) -> list[str]:
+    """The truth about old copies when another process kept the scrub from finishing."""
+    if memory.scrubbed:
+        return []
+    return [f"note: another process is reading {memory.store.path}, so older copies of the forgotten text stay "
+            "in its write-ahead log until it lets go; memstream removes them the next time it opens or closes "
+            "this persona (run any memstream command on it after that process stops, or stop the bot briefly)"]
 
 
 async def cmd_stats(memory: MemoryStream, args: argparse.Namespace) -> int:

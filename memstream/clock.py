@@ -5,7 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Protocol
 
-__all__ = ["Clock", "FixedClock", "SystemClock", "from_timestamp", "to_timestamp"]
+__all__ = ["EARLIEST", "LATEST", "Clock", "FixedClock", "SystemClock", "from_timestamp", "sane_time", "to_timestamp"]
+
+# The times a memory may carry: anything outside is a typo or an attack (year 1 overflowed every later
+# retrieval), refused where it comes in.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(2200, 1, 1, tzinfo=UTC)
 
 
 class Clock(Protocol):
@@ -31,6 +36,19 @@ class FixedClock:
     def now(self) -> datetime:
         """The set moment."""
         return self.moment
+
+
+def sane_time(moment: datetime) -> datetime:
+    """`moment` (naive taken as UTC) if it lies from 1970 to 2200; ValueError naming the window if not."""
+    aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    try:
+        inside = EARLIEST <= aware < LATEST
+    except OverflowError:  # an offset pushing it past year 1 or 9999
+        inside = False
+    if not inside:
+        raise ValueError(f"{moment.isoformat()} is outside the times memstream accepts "
+                         f"({EARLIEST.year}-01-01 to {LATEST.year - 1}-12-31)")
+    return aware
 
 
 def to_timestamp(moment: datetime) -> float:

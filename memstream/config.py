@@ -7,6 +7,7 @@ environment variable that holds the API key does.
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from collections.abc import Callable, Mapping
@@ -144,7 +145,8 @@ class PersonaConfig:
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    """A finite int or float (TOML allows nan and inf, which would silently break every ranking)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 class _Section:
@@ -240,7 +242,7 @@ def _memory(where: str, section: _Section) -> StreamConfig:
         if isinstance(default, str):
             values[key] = section.take(key, _text, default, "must be a string")
         elif isinstance(default, float):
-            values[key] = section.take(key, _number, default, "must be a number")
+            values[key] = section.take(key, _number, default, "must be a finite number")
         else:
             values[key] = section.take(key, _whole, default, "must be a whole number")
     section.done(keys)

@@ -14,9 +14,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from memstream.clock import sane_time
 from memstream.errors import ConfigError
 from memstream.records import Source
 from memstream.stream import Observation
+from memstream.validate import check_text
 
 __all__ = ["HistoryFile", "parse_time", "read_dce", "read_history", "read_jsonl"]
 
@@ -40,10 +42,16 @@ def parse_time(text: str) -> datetime:
         moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except (ValueError, AttributeError) as exc:
         raise ConfigError(f"not an ISO-8601 time: {text!r} (e.g. 2024-02-13T17:00:00Z)") from exc
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    try:
+        return sane_time(moment)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def _fail(path: Path, errors: list[str]) -> ConfigError:
+    if len(errors) == 1:
+        return ConfigError(f"{path}: nothing was imported: {errors[0]}")
     more = f"\n… and {len(errors) - 10} more" if len(errors) > 10 else ""
     return ConfigError(f"{path}: nothing was imported:\n" + "\n".join(errors[:10]) + more)
 
@@ -109,6 +117,9 @@ def _jsonl_line(raw: str, default_stream: str | None, default_importance: int | 
     author = data.get("author")
     if author is not None and not isinstance(author, str):
         raise ValueError('"author" must be a string')
+    for name in ("text", "stream", "author", "id"):
+        if isinstance(data.get(name), str):
+            check_text(data[name], f'"{name}"')
     key = str(data.get("id") or hashlib.sha256(raw.strip().encode()).hexdigest()[:24])
     return Observation(text, stream, parse_time(at), value if value is not None else default_importance,
                        Source(author=author, message_id=f"import:{key}"))
@@ -119,6 +130,9 @@ def read_dce(path: Path, data: dict[str, Any], *, stream: str | None = None, imp
     """A DiscordChatExporter JSON export: authors, times and Discord message ids are kept, so messages
     the bot later sees again are not stored twice."""
     guild, channel = data.get("guild") or {}, data.get("channel") or {}
+    for key, value in (("guild", guild), ("channel", channel)):
+        if not isinstance(value, dict):
+            raise ConfigError(f'{path}: nothing was imported: "{key}" must be an object, got {type(value).__name__}')
     messages = data.get("messages")
     if not isinstance(messages, list):
         raise ConfigError(f"{path}: \"messages\" must be a list")
@@ -134,7 +148,7 @@ def read_dce(path: Path, data: dict[str, Any], *, stream: str | None = None, imp
         try:
             observation = _dce_message(message, stream, name, str(channel.get("id") or ""), importance,
                                        include_bots)
-        except (ValueError, TypeError, KeyError, ConfigError) as exc:
+        except (ValueError, TypeError, KeyError, AttributeError, ConfigError) as exc:
             errors.append(f"message {index} (id {message.get('id') if isinstance(message, dict) else '?'}): {exc}")
             continue
         if observation is None:
@@ -146,26 +160,52 @@ def read_dce(path: Path, data: dict[str, Any], *, stream: str | None = None, imp
     return HistoryFile("discordchatexporter", found, skipped)
 
 
-def _dce_message(message: dict[str, Any], stream: str, channel: str, channel_id: str, importance: int | None,
+def _field(data: dict[str, Any], key: str, kind: type | tuple[type, ...], what: str, *,
+           required: bool = True) -> Any:
+    """data[key], checked: a ValueError naming the field if it is missing or of the wrong kind."""
+    if key not in data or data[key] is None:
+        if required:
+            raise ValueError(f'"{key}" is missing')
+        return None
+    value = data[key]
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise ValueError(f'"{key}" must be {what}, got {type(value).__name__} {str(value)[:40]!r}')
+    if isinstance(value, str):
+        check_text(value, f'"{key}"')
+    return value
+
+
+def _dce_message(message: object, stream: str, channel: str, channel_id: str, importance: int | None,
                  include_bots: bool) -> Observation | None:
-    if message.get("type", "Default") not in _DCE_TALK:
+    if not isinstance(message, dict):
+        raise ValueError(f"must be an object, got {type(message).__name__}")
+    kind = _field(message, "type", str, "a string", required=False) or "Default"
+    if kind not in _DCE_TALK:
         return None
-    author = message["author"]
-    if author.get("isBot") and not include_bots:
+    author = _field(message, "author", dict, "an object")
+    if _field(author, "isBot", bool, "true or false", required=False) and not include_bots:
         return None
-    who = str(author.get("nickname") or author.get("name") or "someone")
+    nickname = _field(author, "nickname", str, "a string", required=False)
+    name = _field(author, "name", str, "a string", required=False)
+    author_id = _field(author, "id", (str, int), "a string", required=False)
+    who = str(nickname or name or "someone")
     body = " ".join(part for part in _dce_parts(message) if part).strip()
     if not body:
         return None
-    message_id = str(message["id"])
-    return Observation(f"{who} in #{channel}: {body}", stream, parse_time(str(message["timestamp"])), importance,
-                       Source(author=who, author_id=str(author.get("id") or ""), channel=channel,
+    message_id = str(_field(message, "id", (str, int), "a string"))
+    timestamp = _field(message, "timestamp", str, "an ISO-8601 time string")
+    return Observation(f"{who} in #{channel}: {body}", stream, parse_time(timestamp), importance,
+                       Source(author=who, author_id=str(author_id or ""), channel=channel,
                               channel_id=channel_id, message_id=message_id))
 
 
 def _dce_parts(message: dict[str, Any]) -> Iterator[str]:
-    yield str(message.get("content") or "").strip()
-    for attachment in message.get("attachments") or []:
-        yield f"[attachment: {attachment.get('fileName') or attachment.get('url') or 'file'}]"
-    for sticker in message.get("stickers") or []:
-        yield f"[sticker: {sticker.get('name') or 'sticker'}]"
+    yield str(_field(message, "content", str, "a string", required=False) or "").strip()
+    for key, label, names in (("attachments", "attachment", ("fileName", "url")),
+                              ("stickers", "sticker", ("name",))):
+        items = _field(message, key, list, "a list", required=False) or []
+        for position, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise ValueError(f'"{key}"[{position}] must be an object, got {type(item).__name__}')
+            shown = next((str(item[n]) for n in names if isinstance(item.get(n), str) and item[n]), label)
+            yield f"[{label}: {check_text(shown, f'{key}[{position}]')}]"

@@ -40,6 +40,10 @@ RETRY_BASE_SECONDS = 30.0
 PARALLEL_LOAD_ROWS = 200_000
 MAX_LOAD_PROCESSES = 8
 RETRY_CAP_SECONDS = 900.0
+# How long a statement waits for another connection's lock before it fails.
+BUSY_TIMEOUT_MS = 5000
+# In the meta table while a scrub after a deletion could not truncate the WAL (a reader held it).
+_SCRUB_MARK = "scrub_pending_since"
 _touches: ContextVar[dict[int, float] | None] = ContextVar("memstream_deferred_touches", default=None)
 
 
@@ -225,6 +229,7 @@ class Store:
         self._in_transaction = False
         self._owner: asyncio.Task[Any] | None = None
         self._lock = asyncio.Lock()
+        self._closed = False
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -256,22 +261,49 @@ class Store:
 
         try:
             conn = await aiosqlite.Connection(connector, 64)
-            store = cls(conn, location, load_processes=load_processes)
-            for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON",
-                           "secure_delete=ON", "busy_timeout=5000"):
+        except module.Error as exc:
+            raise StoreError(f"cannot open {location}: {exc}") from exc
+        store = cls(conn, location, load_processes=load_processes)
+        try:
+            # The busy timeout first: switching a new file to WAL waits for another process doing the same.
+            await conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            await store._use_wal()
+            for pragma in ("synchronous=NORMAL", "foreign_keys=ON", "secure_delete=ON"):
                 await conn.execute(f"PRAGMA {pragma}")
         except module.Error as exc:
+            await conn.close()
             raise StoreError(f"cannot open {location}: {exc}") from exc
         try:
             await store.migrate(all_migrations(migrations))
+            await store.finish_scrub()
         except BaseException:
             await conn.close()
             raise
         return store
 
+    async def _use_wal(self) -> None:
+        """Switch the file to WAL. Two processes creating one file at once: SQLite refuses the switch with
+        "locked" without waiting, so this waits (the busy timeout, at most) for the other to finish it."""
+        deadline = asyncio.get_running_loop().time() + BUSY_TIMEOUT_MS / 1000
+        while True:
+            try:
+                await self.conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite_module().OperationalError as exc:
+                if "locked" not in str(exc) or asyncio.get_running_loop().time() >= deadline:
+                    raise
+                await asyncio.sleep(0.05)
+
     async def close(self) -> None:
-        """Close the connection."""
-        await self.conn.close()
+        """Close the connection (finishing a scrub a reader held up, if it can now)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            with contextlib.suppress(sqlite_module().Error):
+                await self.finish_scrub()
+        finally:
+            await self.conn.close()
 
     async def __aenter__(self) -> Store:
         return self
@@ -325,21 +357,40 @@ class Store:
 
     async def migrate(self, migrations: Iterable[Migration] | None = None) -> list[int]:
         """Apply pending migrations in order, each in one transaction with its record row."""
-        applied = []
-        for migration in await self.pending(migrations):
-            try:
-                async with self.transaction():
-                    for statement in split_statements(migration.sql):
-                        await self.conn.execute(statement)
-                    await self.conn.execute(
-                        "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
-                        (migration.version, migration.name, datetime.now(UTC).isoformat()),
-                    )
-            except sqlite_module().Error as exc:
-                raise MigrationError(
-                    f"{self.path}: migration {migration.version:04d}_{migration.name} failed: {exc}"
-                ) from exc
-            applied.append(migration.version)
+        applied: list[int] = []
+        todo = await self.pending(migrations)
+        if not todo:
+            return applied
+        # A migration may rebuild a table (the only way SQLite changes a column's definition): with foreign
+        # keys on, dropping the old table would cascade into every table that points at it. So they are off
+        # while migrations run (the pragma cannot change inside a transaction) and checked before going on.
+        await self.conn.execute("PRAGMA foreign_keys=OFF")
+        try:
+            for migration in todo:
+                try:
+                    async with self.transaction():
+                        async with self.conn.execute("SELECT 1 FROM schema_migrations WHERE version = ?",
+                                                     (migration.version,)) as cur:
+                            if await cur.fetchone() is not None:  # another process applied it meanwhile
+                                continue
+                        for statement in split_statements(migration.sql):
+                            await self.conn.execute(statement)
+                        async with self.conn.execute("PRAGMA foreign_key_check") as cur:
+                            broken = list(await cur.fetchall())
+                        if broken:
+                            raise MigrationError(f"{self.path}: migration {migration.version:04d}_{migration.name} "
+                                                 f"left {len(broken)} broken reference(s), e.g. {tuple(broken[0])}")
+                        await self.conn.execute(
+                            "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                            (migration.version, migration.name, datetime.now(UTC).isoformat()),
+                        )
+                except sqlite_module().Error as exc:
+                    raise MigrationError(
+                        f"{self.path}: migration {migration.version:04d}_{migration.name} failed: {exc}"
+                    ) from exc
+                applied.append(migration.version)
+        finally:
+            await self.conn.execute("PRAGMA foreign_keys=ON")
         return applied
 
     # -- writing memories ------------------------------------------------------------------------
@@ -369,9 +420,7 @@ class Store:
         rows = [_insert_row(m) for m in memories]
         async with self.transaction():
             await self._check_dimensions(m.embedding for m in memories)
-            async with self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM memories") as cur:
-                row = await cur.fetchone()
-            top = int(row[0]) if row else 0
+            top = await self._top_id()
             if top + len(rows) < 2**63 - 1:
                 await self.conn.executemany(_INSERT, rows)
                 return list(range(top + 1, top + len(rows) + 1))
@@ -381,6 +430,34 @@ class Store:
                 assert cursor.lastrowid is not None
                 ids.append(cursor.lastrowid)
             return ids
+
+    async def _top_id(self) -> int:
+        """The largest memory id ever given (ids are never reused: AUTOINCREMENT's sequence remembers ids
+        of memories since deleted); the next insert gets this plus one."""
+        async with self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM memories") as cur:
+            row = await cur.fetchone()
+        top = int(row[0]) if row else 0
+        async with self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'") as cur:
+            if await cur.fetchone() is None:  # a file migrated only part of the way (tests)
+                return top
+        async with self.conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'memories'") as cur:
+            row = await cur.fetchone()
+        return max(top, int(row[0]) if row else 0)
+
+    async def insert_unique(self, memories: Sequence[NewMemory]) -> list[tuple[int, bool]]:
+        """Append memories whose (stream, message id) is not stored yet; for each, its id and whether it is
+        new. The lookup and the insert are one write transaction, so processes importing the same messages
+        at once each finish cleanly, every message stored once."""
+        if not memories:
+            return []
+        async with self.transaction():
+            known = await self.find_messages([(m.stream, m.source.message_id) for m in memories
+                                              if m.source.message_id])
+            fresh = [m for m in memories if not m.source.message_id or (m.stream, m.source.message_id) not in known]
+            ids = iter(await self.insert(fresh))
+            return [(known[(m.stream, m.source.message_id)], False)
+                    if m.source.message_id and (m.stream, m.source.message_id) in known else (next(ids), True)
+                    for m in memories]
 
     async def complete_many(self, stream: str, items: Sequence[tuple[int, int, str, npt.NDArray[np.float32]]],
                             usage: Sequence[tuple[str, str, int, int, int, int, int]] = ()) -> list[int]:
@@ -540,15 +617,40 @@ class Store:
             await self.conn.execute(f"DELETE FROM reply_traces WHERE {where}", args)
         return replies
 
-    async def scrub(self) -> None:
+    async def scrub(self, *, wait: float = 2.0) -> bool:
         """After a deletion for privacy: copy the WAL into the file and truncate it, so that the deleted
-        text (zeroed in the file by secure_delete) survives in no old WAL frame either."""
-        if self.path != ":memory:":
+        text (zeroed in the file by secure_delete) survives in no old WAL frame either. True when done.
+
+        Another connection in the middle of a read keeps the WAL from being truncated: this tries again for
+        up to `wait` seconds, then returns False and leaves a mark, and the scrub is finished the next time
+        this file is opened or closed by memstream (finish_scrub)."""
+        if self.path == ":memory:":
+            return True
+        if await self._checkpoint(wait):
+            if await self.get_meta(_SCRUB_MARK) is not None:
+                await self.conn.execute("DELETE FROM meta WHERE key = ?", (_SCRUB_MARK,))
+                await self._checkpoint(wait)
+            return True
+        await self.set_meta(_SCRUB_MARK, datetime.now(UTC).isoformat())
+        log.warning("%s: another connection is reading; deleted text stays in the write-ahead log until it "
+                    "lets go (memstream finishes the scrub the next time it opens or closes this file)", self.path)
+        return False
+
+    async def _checkpoint(self, wait: float) -> bool:
+        """Copy the WAL into the file and truncate it, waiting up to `wait` seconds for readers; True if done."""
+        await self.conn.execute(f"PRAGMA busy_timeout={int(wait * 1000)}")
+        try:
             async with self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)") as cur:
                 row = await cur.fetchone()
-            if row is not None and row[0]:
-                log.warning("%s: the WAL could not be truncated (another connection is reading); deleted text "
-                            "may stay in it until the next checkpoint", self.path)
+        finally:
+            await self.conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        return row is None or not row[0]
+
+    async def finish_scrub(self) -> bool:
+        """Finish a scrub that a reader held up (see scrub); True if none is left to do."""
+        if self.path == ":memory:" or await self.get_meta(_SCRUB_MARK) is None:
+            return True
+        return await self.scrub(wait=0.0)
 
     async def purge_stream(self, stream: str) -> int:
         """Delete a whole stream: memories, traces, state, usage and fault counts."""

@@ -15,7 +15,7 @@ import numpy.typing as npt
 import openai
 
 from memstream.agent import Agent
-from memstream.clock import Clock, SystemClock, to_timestamp
+from memstream.clock import Clock, SystemClock, sane_time, to_timestamp
 from memstream.config import PersonaConfig, StreamConfig
 from memstream.embed import Embedder, OpenAIEmbedder, SentenceTransformerEmbedder
 from memstream.errors import ConfigError, ProviderError
@@ -26,6 +26,7 @@ from memstream.records import EvidenceNode, Memory, ScoredMemory, Source
 from memstream.reflect import Reflection, Reflector
 from memstream.retrieve import Retriever, RetrieverLike
 from memstream.store import NewMemory, Store, deferred_touches
+from memstream.validate import check_text
 from memstream.vectors import VectorIndex
 
 __all__ = ["DEFAULT_STREAM", "MemoryStream", "Observation", "Reply", "connect_models"]
@@ -119,6 +120,8 @@ class MemoryStream:
         self._reflecting: dict[str, asyncio.Lock] = {}
         self._limit = asyncio.Semaphore(self.config.max_concurrency)
         self._inflight: set[int] = set()  # pending memories being completed right now (never twice at once)
+        # False after a deletion whose old copies another reader kept in the store's log (Store.scrub).
+        self.scrubbed = True
         self._failures: set[int] = set()
         self._persisting = asyncio.Lock()
         self._closers: list[Callable[[], Awaitable[None]]] = []
@@ -198,6 +201,12 @@ class MemoryStream:
             _check_importance(item.importance)
             if not isinstance(item.text, str):
                 raise ConfigError(f"observation text must be a string, got {type(item.text).__name__}")
+            try:
+                check_text(item.text, "observation text")
+                if item.at is not None:
+                    sane_time(item.at)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from exc
         async with self._persisting:  # looking up known message ids and inserting the rest is one step
             ids = await self._persist(items)
         if defer:
@@ -215,13 +224,7 @@ class MemoryStream:
         slots: list[int] = []
         first: dict[tuple[str, str], int] = {}  # a message repeated within this batch is stored once
         twins: list[tuple[int, int]] = []
-        known = await self.store.find_messages([(i.stream, i.source.message_id) for i in items
-                                                if i.source.message_id])
         for item in items:
-            existing = known.get((item.stream, item.source.message_id)) if item.source.message_id else None
-            if existing is not None:
-                out.append((existing, False))
-                continue
             if item.source.message_id:
                 key = (item.stream, item.source.message_id)
                 if key in first:
@@ -236,8 +239,9 @@ class MemoryStream:
                                  source=item.source))
             slots.append(len(out))
             out.append((-1, True))
-        for slot, memory_id in zip(slots, await self.store.insert(new), strict=True):
-            out[slot] = (memory_id, True)
+        # Messages already stored (by this process or another) are looked up in the insert's transaction.
+        for slot, found in zip(slots, await self.store.insert_unique(new), strict=True):
+            out[slot] = found
         for slot, earlier in twins:
             out[slot] = (out[earlier][0], False)
         return out
@@ -460,7 +464,7 @@ class MemoryStream:
             for memory_id in ids:
                 await self.store.get(memory_id, stream=stream)
         deleted = await self.store.delete(ids, messages=messages, author=author)
-        await self.store.scrub()
+        self.scrubbed = await self.store.scrub()
         await self.index.remove(deleted)
         return deleted
 
@@ -476,7 +480,7 @@ class MemoryStream:
         """Delete a whole stream."""
         self.index.drop(stream)
         removed = await self.store.purge_stream(stream)
-        await self.store.scrub()
+        self.scrubbed = await self.store.scrub()
         return removed
 
     async def edit_message(self, stream: str, message_id: str, text: str) -> Memory | None:
@@ -490,7 +494,7 @@ class MemoryStream:
             vector = (await self.models.embed([text], stream=stream))[0]
             await self.store.update_text(memory_id, text, vector)
             await self.index.update(stream, memory_id, vector)
-        await self.store.scrub()  # the text before the edit is gone from the file too
+        self.scrubbed = await self.store.scrub()  # the text before the edit is gone from the file too
         return None if memory_id is None else await self.store.get(memory_id)
 
     async def link_reply(self, reply: Reply, message_ids: Sequence[str]) -> None:

@@ -74,3 +74,67 @@ async def test_importing_twice_stores_each_message_once(tmp_path: Path, memory: 
     stored = await memory.recent("guild:111", 100)
     assert sorted(m.text for m in stored) == sorted(o.text for o in history.observations)
     assert {m.importance_source for m in stored} == {"given"}
+
+
+@pytest.mark.parametrize(("field", "value", "expected"), [
+    ("author", "klaus", r'message 1 \(id 1001\): "author" must be an object, got str'),
+    ("content", 42, r'message 1 \(id 1001\): "content" must be a string, got int'),
+    ("attachments", "a.png", r'message 1 \(id 1001\): "attachments" must be a list, got str'),
+    ("attachments", ["a.png"], r'message 1 \(id 1001\): "attachments"\[0\] must be an object, got str'),
+    ("timestamp", None, r'message 1 \(id 1001\): "timestamp" is missing'),
+])
+def test_a_malformed_export_is_one_line_naming_the_message_and_field(tmp_path: Path, field: str, value: object,
+                                                                      expected: str) -> None:
+    path = tmp_path / "malformed.json"
+    broken = _message(1, "hello")
+    broken[field] = value
+    path.write_text(json.dumps(_export([_message(0, "fine"), broken])))
+    with pytest.raises(ConfigError, match=expected) as info:
+        read_history(path)
+    assert "\n" not in str(info.value)
+
+
+def test_a_malformed_export_header_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "malformed.json"
+    data = _export([_message(0, "fine")])
+    data["channel"] = "general"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match='"channel" must be an object') as info:
+        read_history(path)
+    assert "\n" not in str(info.value)
+
+
+async def test_a_lone_surrogate_is_a_line_error_and_nothing_is_stored(tmp_path: Path, memory: MemoryStream) -> None:
+    path = tmp_path / "history.jsonl"
+    good = [json.dumps({"text": f"line {i}", "at": "2024-01-01T10:00:00Z"}) for i in range(300)]
+    good[259] = '{"text": "bad \\ud800 text", "at": "2024-01-01T10:00:00Z"}'  # legal JSON, not storable text
+    path.write_text("\n".join(good) + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"line 260: \"text\" holds a character that is not valid text") as info:
+        read_history(path)
+    assert "Traceback" not in str(info.value)
+    assert await memory.recent("default", 10) == []
+
+
+async def test_text_that_cannot_be_stored_is_refused_before_anything_is_written(memory: MemoryStream) -> None:
+    with pytest.raises(ConfigError, match="not valid text"):
+        await memory.observe("half a pair \udc80 of surrogates")
+    assert await memory.store.recent("default", 10, include_pending=True) == []
+
+
+@pytest.mark.parametrize("at", ["0001-01-01T00:00:00Z", "1969-12-31T23:59:59Z", "2200-01-01T00:00:00Z",
+                                "9999-12-31T23:59:59-05:00"])
+def test_times_outside_a_sane_window_are_refused_at_the_door(tmp_path: Path, at: str) -> None:
+    path = tmp_path / "history.jsonl"
+    path.write_text(json.dumps({"text": "hello", "at": at}) + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="outside the times memstream accepts"):
+        read_history(path)
+
+
+async def test_observe_refuses_a_time_outside_the_window(memory: MemoryStream) -> None:
+    from datetime import UTC, datetime
+
+    with pytest.raises(ConfigError, match="outside the times memstream accepts"):
+        await memory.observe("long ago", at=datetime(1, 1, 1, tzinfo=UTC))
+    assert await memory.store.recent("default", 10, include_pending=True) == []
+    memory_ok = await memory.observe("in range", at=datetime(2024, 5, 1, tzinfo=UTC))
+    assert memory_ok.id > 0

@@ -1,0 +1,215 @@
+"""Ids are never reused, a deletion beside a reader says what it did, racing writers each finish cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memstream import MemoryStream, Observation, RoleModel, Source, Store, StreamConfig, cli
+from memstream.store import all_migrations
+from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
+from tests.fakes.openai_server import FakeOpenAIServer
+from tests.memstream.helpers import AGENT
+from tests.memstream.test_privacy import leftovers
+
+
+class _Reader:
+    """Another process holding a read transaction open on a database file until closed."""
+
+    def __init__(self, db: Path) -> None:
+        script = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('BEGIN'); "
+                  "c.execute('SELECT COUNT(*) FROM memories').fetchone(); print('reading', flush=True); "
+                  "sys.stdin.readline()")
+        self.proc = subprocess.Popen([sys.executable, "-c", script, str(db)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "reading"
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("\n")
+        self.proc.stdin.close()
+        self.proc.wait(timeout=10)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+
+def _memory(store: Store) -> MemoryStream:
+    chat = ScriptedChat()
+    chat.on("<memory>", "5")
+    chat.on(AGENT, "noted")
+    return MemoryStream(store, FakeEmbedder(), rater=RoleModel(chat, "r"), reflector=RoleModel(chat, "r"),
+                        agent=RoleModel(chat, "a"), name="Isabella", summary="Runs a cafe.", clock=FakeClock(),
+                        config=StreamConfig(reflection_threshold=10_000))
+
+
+async def test_a_forgotten_id_is_never_given_again_in_any_stream(tmp_path: Path) -> None:
+    db = tmp_path / "p.db"
+    async with await Store.open(db) as store:
+        memory = _memory(store)
+        first = await memory.observe("a server memory", stream="guild:1")
+        second = await memory.observe("the newest server memory", stream="guild:1")
+        await memory.forget([second.id])
+        await memory.forget([first.id])
+        dm = await memory.observe("a direct message", stream="dm:2")
+        assert dm.id > second.id  # not #1 or #2 again, though both are gone
+    async with await Store.open(db) as store:  # the sequence survives a restart
+        again = await _memory(store).observe("after a restart", stream="dm:2")
+        assert again.id == dm.id + 1
+        assert await store.get_many([first.id, second.id]) == {}
+
+
+async def test_a_reply_trace_naming_a_forgotten_memory_never_shows_another(tmp_path: Path) -> None:
+    async with await Store.open(tmp_path / "p.db") as store:
+        memory = _memory(store)
+        top = await memory.observe("the cake is lemon", stream="guild:1")
+        reply = await memory.respond("what cake?", stream="guild:1", speaker="Ann", observe_message=False)
+        await memory.forget([top.id])
+        fresh = await memory.observe("a new memory in another stream", stream="dm:9")
+        trace = await store.trace(trace_id=reply.trace_id)
+        assert trace is not None
+        named = [item["id"] for item in trace["items"]]
+        assert top.id in named and fresh.id not in named
+        shown = await store.get_many(named)
+        assert top.id not in shown  # "since forgotten", not the dm memory under the old number
+        assert all(m.stream == "guild:1" for m in shown.values())
+
+
+async def test_an_old_file_keeps_its_ids_and_references_through_the_rebuild(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    old = tmp_path / "old-migrations"
+    old.mkdir()
+    for migration in all_migrations():
+        if migration.version < 4:
+            (old / f"{migration.version:04d}_{migration.name}.sql").write_text(migration.sql, encoding="utf-8")
+    async with await Store.open(db, migrations=old) as store:
+        memory = _memory(store)
+        kept = await memory.observe("kept", stream="guild:1")
+        cited = await memory.observe("cited", stream="guild:1")
+        await store.save_reflection("guild:1", [], at=0.0)
+        await store.conn.execute("INSERT INTO memories (stream, kind, text, created_at, last_accessed_at, "
+                                 "importance, importance_source, embedding) SELECT stream, 'reflection', "
+                                 "'an insight', created_at, created_at, 5, 'derived', embedding FROM memories "
+                                 f"WHERE id = {cited.id}")
+        await store.conn.execute(f"INSERT INTO evidence VALUES ((SELECT MAX(id) FROM memories), {cited.id}, 0)")
+    async with await Store.open(db) as store:  # 0004 rebuilds the table
+        assert (await store.get(kept.id)).text == "kept"
+        insight = max((await store.get_many(list(range(1, 10)))).values(), key=lambda m: m.id)
+        assert await store.evidence(insight.id) == [cited.id]
+        async with store.conn.execute("PRAGMA foreign_keys") as cur:
+            assert (await cur.fetchone())[0] == 1
+        await _memory(store).forget([cited.id])  # the cascade still works on the rebuilt table
+        assert insight.id not in await store.get_many([insight.id])
+        fresh = await _memory(store).observe("fresh", stream="guild:1")
+        assert fresh.id > insight.id
+
+
+async def test_forget_beside_an_open_reader_says_what_is_left_and_finishes_later(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "p.db"
+    secret = "ZQXV-reader-held-secret-ZQXV"
+    async with await Store.open(db) as store:
+        memory = _memory(store)
+        doomed = await memory.observe(f"Klaus: {secret}", stream="guild:1")
+        await memory.observe("Maria: tea", stream="guild:1")
+    reader = _Reader(db)  # another process in the middle of a read
+    try:
+        async with await Store.open(db) as store:
+            memory = _memory(store)
+            await memory.forget([doomed.id])
+            assert memory.scrubbed is False  # it does not claim what did not happen
+            assert leftovers(db, secret)  # and indeed the log still holds a copy
+            assert await store.get_meta("scrub_pending_since") is not None
+    finally:
+        reader.close()
+    async with await Store.open(db) as store:  # the next open finishes the scrub
+        assert await store.get_meta("scrub_pending_since") is None
+    assert leftovers(db, secret) == []
+
+
+async def test_the_forget_command_tells_the_truth_beside_a_reader(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "isabella.db"
+    secret = "ZQXV-cli-reader-secret-ZQXV"
+    async with FakeOpenAIServer() as server:
+        server.on_chat(lambda request: "5")
+        persona = tmp_path / "isabella.toml"
+        persona.write_text(f'[persona]\nname = "Isabella"\nsummary = "Runs a cafe."\ndatabase = "{db}"\n'
+                           f'[models]\nbase_url = "{server.base_url}"\nmax_retries = 0\n', encoding="utf-8")
+
+        async def run(*argv: str) -> int:
+            return await asyncio.to_thread(cli.main, [*argv, "--persona", str(persona)])
+
+        assert await run("observe", f"Klaus: {secret}", "--json") == 0
+        memory_id = json.loads(capsys.readouterr().out)["id"]
+        reader = _Reader(db)
+        try:
+            assert await run("forget", str(memory_id)) == 0
+            out = capsys.readouterr().out
+            assert "no copy of their text is left" not in out
+            assert "another process is reading" in out and "write-ahead log" in out
+        finally:
+            reader.close()
+        assert await run("stats") == 0  # any later command on the persona finishes the scrub
+        capsys.readouterr()
+    assert leftovers(db, secret) == []
+
+
+@pytest.mark.parametrize("round_", range(5))
+async def test_two_writers_of_the_same_messages_each_finish_and_store_each_once(tmp_path: Path,
+                                                                                  round_: int) -> None:
+    db = tmp_path / "p.db"
+    async with await Store.open(db):
+        pass
+    lines = [Observation(f"line {i}", "guild:1", source=Source(message_id=f"import:{i}")) for i in range(300)]
+    stores = [await Store.open(db) for _ in range(2)]
+    try:
+        results = await asyncio.gather(*(_memory(s).observe_many(lines) for s in stores))
+    finally:
+        for store in stores:
+            await store.close()
+    assert [m.id for m in results[0]] == [m.id for m in results[1]]
+    async with await Store.open(db) as store:
+        async with store.conn.execute("SELECT COUNT(*), COUNT(DISTINCT message_id) FROM memories") as cur:
+            assert tuple(await cur.fetchone()) == (300, 300)
+        assert (await store.state("guild:1"))["importance_since_reflection"] == 300 * 5  # each counted once
+
+
+async def test_two_import_processes_of_one_file_both_succeed(tmp_path: Path) -> None:
+    async with FakeOpenAIServer() as server:
+        server.on_chat(lambda request: "4")
+        db = tmp_path / "p.db"
+        persona = tmp_path / "p.toml"
+        persona.write_text(f'[persona]\nname = "Isabella"\nsummary = "Runs a cafe."\ndatabase = "{db}"\n'
+                           f'[models]\nbase_url = "{server.base_url}"\nmax_retries = 0\n', encoding="utf-8")
+        history = tmp_path / "h.jsonl"
+        history.write_text("".join(json.dumps({"text": f"message {i}", "at": "2024-01-01T10:00:00Z",
+                                               "id": str(i)}) + "\n" for i in range(400)), encoding="utf-8")
+        procs = [await asyncio.create_subprocess_exec(
+            "python", "-m", "memstream", "import", str(history), "--persona", str(persona),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=_env()) for _ in range(2)]
+        try:
+            outs = await asyncio.wait_for(asyncio.gather(*(p.communicate() for p in procs)), 120)
+        finally:
+            for proc in procs:
+                if proc.returncode is None:
+                    proc.kill()
+        for proc, (_out, err) in zip(procs, outs, strict=True):
+            assert proc.returncode == 0, err.decode()
+            assert b"Traceback" not in err
+        conn = sqlite3.connect(db)
+        assert conn.execute("SELECT COUNT(*), COUNT(DISTINCT message_id), SUM(status = 'ready') "
+                            "FROM memories").fetchone() == (400, 400, 400)
+        conn.close()
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, OPENAI_API_KEY="test")
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    return env
