@@ -23,6 +23,7 @@ from memstream.llm import Completion
 from memstream.profiles import PROFILES
 from memstream.records import EvidenceNode, Memory, ScoredMemory
 from memstream.stream import DEFAULT_STREAM, MemoryStream, connect_models
+from memstream.terminal import visible, visible_json
 
 __all__ = ["build_parser", "main", "parse_time"]
 
@@ -94,9 +95,9 @@ def ranking_lines(items: Sequence[ScoredMemory]) -> list[str]:
 
 def _emit(args: argparse.Namespace, data: Any, lines: Sequence[str]) -> None:
     if args.json:
-        print(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+        print(visible_json(json.dumps(data, indent=2, ensure_ascii=False, default=str)))
     else:
-        print("\n".join(lines))
+        print(visible("\n".join(lines)))
 
 
 # -- commands --------------------------------------------------------------------------------------
@@ -275,7 +276,7 @@ async def cmd_chat(memory: MemoryStream, args: argparse.Namespace) -> int:
             print(json.dumps({"reply": reply.text, "trace": reply.trace_id,
                               "memories": [scored_json(m, i) for i, m in enumerate(reply.memories, 1)]}))
         else:
-            print(f"{memory.name}: {reply.text}", flush=True)
+            print(visible(f"{memory.name}: {reply.text}"), flush=True)
 
 
 async def cmd_eval(args: argparse.Namespace, persona: PersonaConfig) -> int:
@@ -461,7 +462,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return asyncio.run(_run(args))
     except MemstreamError as exc:
-        print(f"memstream: error: {exc}", file=sys.stderr)
+        print(visible(f"memstream: error: {exc}"), file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1
     except KeyboardInterrupt:
         return 130

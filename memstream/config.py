@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from memstream.errors import ConfigError
@@ -87,7 +88,12 @@ class ModelConfig:
     def resolved_base_url(self, environ: Mapping[str, str] | None = None) -> str | None:
         """The base URL from the file, else OPENAI_BASE_URL, else None (OpenAI itself)."""
         env = os.environ if environ is None else environ
-        return self.base_url or env.get("OPENAI_BASE_URL") or None
+        if self.base_url:
+            return self.base_url
+        url = env.get("OPENAI_BASE_URL") or None
+        if url:
+            check_base_url(url, "OPENAI_BASE_URL", self.api_key_env)
+        return url
 
     def api_key(self, environ: Mapping[str, str] | None = None) -> str:
         """The API key from the environment; local servers (a base_url) need none."""
@@ -252,6 +258,21 @@ def _memory(where: str, section: _Section) -> StreamConfig:
         raise ConfigError(f"{where}: [memory] {exc}") from exc
 
 
+def check_base_url(url: str, where: str, api_key_env: str) -> None:
+    """A model server URL must not carry credentials (user:password@host): the OpenAI protocol sends a key
+    as a bearer token, and a URL ends up in logs. ConfigError (without the password) saying what to do."""
+    try:
+        parts = urlsplit(url)
+        has_credentials = parts.username is not None or parts.password is not None
+    except ValueError as exc:
+        raise ConfigError(f"{where} is not a valid URL ({exc})") from exc
+    if has_credentials:
+        host = parts.hostname or "the host"
+        raise ConfigError(f"credentials in the URL (user:password@{host}) are not supported: remove them from "
+                          f"{where} and export the key in {api_key_env} instead (sent as a bearer token); "
+                          "for a different variable set [models] api_key_env")
+
+
 def _models(section: _Section) -> ModelConfig:
     d = ModelConfig()
     keys = [f.name for f in fields(ModelConfig)]
@@ -270,6 +291,11 @@ def _models(section: _Section) -> ModelConfig:
     section.done(keys)
     if cfg.base_url and not cfg.base_url.startswith(("http://", "https://")):
         raise section.error("base_url", f"must start with http:// or https://, got {cfg.base_url!r}")
+    if cfg.base_url:
+        try:
+            check_base_url(cfg.base_url, "base_url", cfg.api_key_env)
+        except ConfigError as exc:
+            raise section.error("base_url", str(exc)) from exc
     if cfg.timeout <= 0:
         raise section.error("timeout", f"must be > 0, got {cfg.timeout!r}")
     if cfg.max_retries < 0:

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 import openai
 
+from memstream.config import check_base_url
 from memstream.errors import CompletionError, ProviderError
 
 __all__ = ["ChatModel", "Completion", "OpenAIChat", "make_client", "map_provider_errors", "post_json", "raw_requests",
@@ -59,6 +60,8 @@ def make_client(*, base_url: str | None, api_key: str, timeout: float, max_retri
     connection handling costs a fraction of the default transport's CPU, which is what caps a burst of
     rating calls on a small machine.
     """
+    if base_url:
+        check_base_url(base_url, "base_url", "the API key variable")
     if base_url and _USERINFO.search(base_url):
         for name in ("httpx2", "httpx", "openai", "aiohttp"):
             target = logging.getLogger(name)

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import mmap
 import os
 import re
 import types
@@ -42,6 +43,9 @@ MAX_LOAD_PROCESSES = 8
 RETRY_CAP_SECONDS = 900.0
 # How long a statement waits for another connection's lock before it fails.
 BUSY_TIMEOUT_MS = 5000
+# A deletion whose texts would take longer to search the file for than this many bytes (needles x file size)
+# rewrites the file without searching.
+SEARCH_BUDGET_BYTES = 4 * 2**30
 # In the meta table while a scrub after a deletion could not truncate the WAL (a reader held it).
 _SCRUB_MARK = "scrub_pending_since"
 _touches: ContextVar[dict[int, float] | None] = ContextVar("memstream_deferred_touches", default=None)
@@ -208,6 +212,49 @@ def to_blob(vector: npt.NDArray[np.float32]) -> bytes:
     return np.ascontiguousarray(vector, dtype="<f4").tobytes()
 
 
+def residue_needles(texts: Iterable[str]) -> list[bytes]:
+    """What to look for in the file to find a copy (or a piece of one, on an overflow page) of deleted texts:
+    each text's UTF-8 bytes in 24-byte windows every 256 bytes; texts under 8 bytes are not searched for
+    (they match everywhere, and say nothing)."""
+    needles: set[bytes] = set()
+    for text in texts:
+        data = text.encode("utf-8", "surrogatepass")
+        if len(data) < 8:
+            continue
+        if len(data) <= 24:
+            needles.add(data)
+            continue
+        needles.update(data[i:i + 24] for i in range(0, len(data) - 23, 256))
+    return sorted(needles)
+
+
+def _create_private(path: Path) -> None:
+    """A new database file is readable by its owner only (0600; SQLite gives its -wal and -shm the same
+    mode), in folders made 0700. Existing files and folders keep the mode the operator gave them."""
+    missing = []
+    folder = path.parent
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for made in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            made.mkdir(mode=0o700)
+    if not path.exists():
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+
+
+def _size(path: str) -> int:
+    return os.path.getsize(path) if os.path.exists(path) else 0
+
+
+def _file_holds_any(path: str, needles: Sequence[bytes]) -> bool:
+    if not needles or not os.path.exists(path) or os.path.getsize(path) == 0:
+        return False
+    with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        return any(data.find(needle) >= 0 for needle in needles)
+
+
 def _memory(row: Sequence[Any]) -> Memory:
     return Memory(
         id=row[0], stream=row[1], kind=row[2], text=row[3],
@@ -230,6 +277,9 @@ class Store:
         self._owner: asyncio.Task[Any] | None = None
         self._lock = asyncio.Lock()
         self._closed = False
+        # Texts deleted since the last scrub (looked for in the file by the scrub), or a whole stream.
+        self._residue: list[str] = []
+        self._vacuum_due = False
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -248,9 +298,9 @@ class Store:
         location = str(path)
         if location != ":memory:":
             try:
-                Path(location).parent.mkdir(parents=True, exist_ok=True)
+                _create_private(Path(location))
             except OSError as exc:
-                raise StoreError(f"cannot create the folder for {location}: {exc}") from exc
+                raise StoreError(f"cannot create {location}: {exc}") from exc
 
         def connector() -> Any:
             conn = module.connect(location, isolation_level=None, check_same_thread=False)
@@ -543,6 +593,8 @@ class Store:
         """Replace an observation's text and embedding (an edited message)."""
         async with self.transaction():
             await self._check_dimensions([embedding])
+            async with self.conn.execute("SELECT text FROM memories WHERE id = ?", (memory_id,)) as cur:
+                self._residue += [row[0] for row in await cur.fetchall()]
             await self.conn.execute("UPDATE memories SET text = ?, embedding = ? WHERE id = ?",
                                     (text, to_blob(embedding), memory_id))
 
@@ -572,6 +624,8 @@ class Store:
             for start in range(0, len(ordered), 500):
                 chunk = ordered[start:start + 500]
                 marks = ",".join("?" * len(chunk))
+                async with self.conn.execute(f"SELECT text FROM memories WHERE id IN ({marks})", chunk) as cur:
+                    self._residue += [row[0] for row in await cur.fetchall()]
                 await self.conn.execute(f"DELETE FROM memories WHERE id IN ({marks})", tuple(chunk))
         return ordered
 
@@ -596,9 +650,11 @@ class Store:
             marks = ",".join("?" * len(chunk))
             where = (f"query_memory_id IN ({marks}) OR query_message_id IN (SELECT message_id FROM memories "
                      f"WHERE id IN ({marks}) AND message_id IS NOT NULL AND stream = reply_traces.stream)")
-            async with self.conn.execute(f"SELECT reply_memory_id FROM reply_traces WHERE {where}",
+            async with self.conn.execute(f"SELECT reply_memory_id, query FROM reply_traces WHERE {where}",
                                          chunk + chunk) as cur:
-                replies |= {row[0] for row in await cur.fetchall() if row[0] is not None}
+                rows = list(await cur.fetchall())
+            replies |= {row[0] for row in rows if row[0] is not None}
+            self._residue += [row[1] for row in rows]
             await self.conn.execute(f"DELETE FROM reply_traces WHERE {where}", chunk + chunk)
         return replies
 
@@ -612,8 +668,11 @@ class Store:
             wheres.append(("stream = ? AND query_author_id = ?", list(author)))
         replies: set[int] = set()
         for where, args in wheres:
-            async with self.conn.execute(f"SELECT reply_memory_id FROM reply_traces WHERE {where}", args) as cur:
-                replies |= {row[0] for row in await cur.fetchall() if row[0] is not None}
+            async with self.conn.execute(f"SELECT reply_memory_id, query FROM reply_traces WHERE {where}",
+                                         args) as cur:
+                rows = list(await cur.fetchall())
+            replies |= {row[0] for row in rows if row[0] is not None}
+            self._residue += [row[1] for row in rows]
             await self.conn.execute(f"DELETE FROM reply_traces WHERE {where}", args)
         return replies
 
@@ -627,6 +686,7 @@ class Store:
         if self.path == ":memory:":
             return True
         if await self._checkpoint(wait):
+            await self._rewrite_residue()
             if await self.get_meta(_SCRUB_MARK) is not None:
                 await self.conn.execute("DELETE FROM meta WHERE key = ?", (_SCRUB_MARK,))
                 await self._checkpoint(wait)
@@ -636,14 +696,34 @@ class Store:
                     "lets go (memstream finishes the scrub the next time it opens or closes this file)", self.path)
         return False
 
+    async def _rewrite_residue(self) -> None:
+        """secure_delete zeroes a deleted row, but a copy an earlier page split left in a page that still
+        holds live rows stays. So the file is searched for the deleted texts (one pass per text, at ~1 GB/s;
+        a deletion too large to search cheaply skips the search) and rewritten (VACUUM: time and space of
+        one copy of the file) when a copy is found. Most deletions cost the search only."""
+        texts, self._residue = self._residue, []
+        vacuum, self._vacuum_due = self._vacuum_due, False
+        if not texts and not vacuum:
+            return
+        if not vacuum:
+            needles = residue_needles(texts)
+            size = await asyncio.to_thread(_size, self.path)
+            vacuum = len(needles) * size > SEARCH_BUDGET_BYTES or await asyncio.to_thread(
+                _file_holds_any, self.path, needles)
+        if vacuum:
+            await self.conn.execute("VACUUM")
+            await self._checkpoint(0.0)
+
     async def _checkpoint(self, wait: float) -> bool:
         """Copy the WAL into the file and truncate it, waiting up to `wait` seconds for readers; True if done."""
-        await self.conn.execute(f"PRAGMA busy_timeout={int(wait * 1000)}")
+        async with self.conn.execute(f"PRAGMA busy_timeout={int(wait * 1000)}"):
+            pass  # (closed at once: a pragma's result row left open would hold up a VACUUM)
         try:
             async with self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)") as cur:
                 row = await cur.fetchone()
         finally:
-            await self.conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            async with self.conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}"):
+                pass
         return row is None or not row[0]
 
     async def finish_scrub(self) -> bool:
@@ -654,6 +734,7 @@ class Store:
 
     async def purge_stream(self, stream: str) -> int:
         """Delete a whole stream: memories, traces, state, usage and fault counts."""
+        self._vacuum_due = True  # a whole stream: rewriting the file is cheaper than looking for its texts
         async with self.transaction():
             cursor = await self.conn.execute("DELETE FROM memories WHERE stream = ?", (stream,))
             for table in ("reply_traces", "stream_state", "model_usage", "faults"):

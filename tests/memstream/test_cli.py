@@ -148,3 +148,36 @@ class _nothing:
 
     def __exit__(self, *exc: object) -> bool:
         return False
+
+
+async def test_control_characters_in_memories_never_reach_the_terminal(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    evil = "party \x1b[2J\x1b]0;pwned\x07 at \x9b31m noon \u202eevil"
+
+    def answer(request: ChatRequest) -> str:
+        if "Reply with a single integer" in request.prompt:
+            return "9"
+        if "most salient high-level" in request.prompt:
+            return "What is planned?\nWho comes?\nWhen?"
+        if "high-level insights" in request.prompt:
+            return f"Isabella plans a party {evil} (because of 1)"
+        return f"Sure! {evil}"
+
+    async with FakeOpenAIServer() as server:
+        server.on_chat(answer)
+        persona = str(_persona(tmp_path, server.base_url, threshold=5))
+        assert await _cli("observe", evil, "--persona", persona, "--json") == 0
+        capsys.readouterr()
+        outputs = []
+        for argv in (["recall", "party"], ["recall", "party", "--json"], ["reflect"], ["why", "2"],
+                     ["why", "2", "--json"]):
+            assert await _cli(*argv, "--persona", persona) == 0, argv
+            outputs.append(capsys.readouterr().out)
+        chat = await asyncio.to_thread(
+            subprocess.run, [sys.executable, "-m", "memstream", "chat", "--persona", persona],
+            input=f"hello {evil}\n", capture_output=True, text=True, timeout=60)
+        outputs.append(chat.stdout + chat.stderr)
+    for out in outputs:
+        assert "party" in out or "Sure" in out or "Isabella" in out, out
+        assert not any(ch in out for ch in "\x1b\x07\x9b\u202e"), repr(out)
+    assert "␛[2J" in outputs[0]  # made visible, not silently dropped

@@ -116,3 +116,24 @@ def test_forget_says_what_it_needs(tmp_path: Path, capsys: pytest.CaptureFixture
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err
     assert not (tmp_path / "m.db").exists()
+
+
+@pytest.mark.parametrize("url", ["http://bob:hunter2@localhost:11434/v1", "https://bob@api.example.com/v1"])
+def test_a_base_url_with_credentials_is_refused_saying_what_to_do(tmp_path: Path, url: str) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text(f'[persona]\nname = "Maria"\nsummary = "A student."\n[models]\nbase_url = "{url}"\n',
+                    encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_persona(path, environ={})
+    message = str(info.value)
+    assert message.startswith(f"{path}: [models] base_url: credentials in the URL")
+    assert "OPENAI_API_KEY" in message and "hunter2" not in message and "\n" not in message
+
+
+def test_an_openai_base_url_variable_with_credentials_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text('[persona]\nname = "Maria"\nsummary = "A student."\n', encoding="utf-8")
+    persona = load_persona(path, environ={})
+    with pytest.raises(ConfigError, match="credentials in the URL") as info:
+        persona.models.api_key({"OPENAI_BASE_URL": "http://bob:hunter2@localhost:8080/v1"})
+    assert "hunter2" not in str(info.value)

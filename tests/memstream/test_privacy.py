@@ -189,3 +189,34 @@ async def test_an_edit_forgets_what_was_drawn_from_the_old_text(memory: MemorySt
     assert texts == ["Klaus: (removed too)", "Klaus: (removed)", "Maria: I like tea", "Maria: the party is on Friday"]
     assert (await memory.get(klaus)).text == "Klaus: (removed)"  # the memory itself stays, with the new text
     assert leftovers(db, SECRET, LONG_SECRET) == []
+
+
+async def test_forgetting_an_author_after_a_big_import_leaves_no_stale_copy_in_live_pages(
+        memory: MemoryStream, db: Path) -> None:
+    # 600 messages of three authors, completed in bursts: page splits leave old copies of rows inside pages
+    # that still hold live rows, which secure_delete does not zero (2-3 of 200 stayed before the rewrite).
+    def text(i: int) -> str:
+        return f"user{i % 3}: ZQS{i:04d}-secret message number {i} " + "pad " * (i % 40)
+
+    lines = [Observation(text(i), STREAM, source=Source(author=f"user{i % 3}", author_id=str(i % 3),
+                                                          message_id=f"m{i}")) for i in range(600)]
+    for start in range(0, 600, 256):
+        await memory.observe_many(lines[start:start + 256])
+    forgotten = [f"ZQS{i:04d}-secret" for i in range(600) if i % 3 == 1]
+    kept = [f"ZQS{i:04d}-secret" for i in range(600) if i % 3 != 1]
+    assert len(await memory.forget_author(STREAM, "1")) == 200
+    assert leftovers(db, *forgotten) == []
+    assert len(leftovers(db, *kept)) == 400  # the search sees text that is there
+    assert len(await memory.recent(STREAM, 1000)) == 400
+
+
+def test_residue_needles_cover_long_texts_in_pieces() -> None:
+    from memstream.store import residue_needles
+
+    long = "x" * 5 + "".join(f"{i:05d}" for i in range(400))  # 2,005 bytes
+    needles = residue_needles([long, "ok", "exactly-twelve"])
+    assert b"exactly-twelve" in needles and b"ok" not in needles
+    assert all(len(n) == 24 for n in needles if n != b"exactly-twelve")
+    # every stretch of 280 bytes of the long text contains a needle: a piece on an overflow page is found
+    data = long.encode()
+    assert all(any(n in data[i:i + 280] for n in needles) for i in range(0, len(data) - 280, 7))

@@ -286,3 +286,22 @@ async def test_counts_usage_traces_and_purge(store: Store) -> None:
     assert await store.streams() == ["other"]
     assert await store.usage("default") == {}
     assert await store.trace(trace_id=trace_id) is None
+
+
+async def test_new_files_are_private_and_existing_ones_keep_their_mode(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    db = tmp_path / "data" / "personas" / "p.db"
+    async with await Store.open(db) as store:
+        await store.set_meta("x", "y")  # a write: the WAL and shared memory files exist now
+        for suffix in ("", "-wal", "-shm"):
+            assert stat.S_IMODE(os.stat(f"{db}{suffix}").st_mode) == 0o600, suffix
+    for folder in (db.parent, db.parent.parent):
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    shared = tmp_path / "shared.db"
+    shared.touch()
+    shared.chmod(0o640)  # the operator's choice
+    async with await Store.open(shared):
+        pass
+    assert stat.S_IMODE(os.stat(shared).st_mode) == 0o640
