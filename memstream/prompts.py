@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -13,8 +14,15 @@ __all__ = ["PROMPT_NAMES", "Prompt", "load_prompt", "one_line", "tag_safe"]
 
 PROMPT_NAMES = ("importance", "reflection_questions", "reflection_insights", "agent")
 _VARIABLE = re.compile(r"\{\{(\w+)\}\}")
-# A tag the prompts wrap untrusted text in, opening or closing, with any spacing or attributes.
-_TAG = re.compile(r"<\s*(/?)\s*(memory|memories|statements)\b[^>]*>", re.IGNORECASE)
+# A tag the prompts wrap untrusted text in, opening or closing, with any spacing or attributes, written with
+# ASCII or look-alike brackets and slashes (after NFKC folding, which turns fullwidth and small forms to ASCII).
+_OPEN, _CLOSE, _SLASH = "<\u2039\u2329\u3008\u27e8", ">\u203a\u232a\u3009\u27e9", "/\u2044\u2215\u29f8\\\\"
+_TAG = re.compile(rf"[{_OPEN}]\s*([{_SLASH}]?)\s*(memory|memories|statements)\b[^{_CLOSE}]*[{_CLOSE}]",
+                  re.IGNORECASE)
+# Invisible format characters (zero-width spaces and joiners, bidi marks, soft hyphens, BOM) that would let
+# "<\u200b/memory>" pass for a closing tag: they are dropped from untrusted text.
+_INVISIBLE = re.compile("[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180e\u200b-\u200f\u202a-\u202e"
+                        "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
@@ -60,8 +68,11 @@ def load_prompt(name: str) -> Prompt:
 
 
 def tag_safe(text: str) -> str:
-    """Text that cannot open or close the tags our prompts wrap untrusted text in."""
-    return _TAG.sub(lambda m: f"&lt;{m.group(1)}{m.group(2)}&gt;", text)
+    """Text that cannot open or close the tags our prompts wrap untrusted text in, by the one rule every
+    untrusted text (messages, memories, names and the models' own output) gets before it enters a prompt:
+    invisible characters dropped, look-alike characters folded (NFKC), any such tag written as &lt;...&gt;."""
+    folded = unicodedata.normalize("NFKC", _INVISIBLE.sub("", text))
+    return _TAG.sub(lambda m: f"&lt;{'/' if m.group(1) else ''}{m.group(2)}&gt;", folded)
 
 
 def one_line(text: str) -> str:

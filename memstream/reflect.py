@@ -128,7 +128,7 @@ class Reflector:
         result = Reflection(stream, questions, statements)
         numbered = "\n".join(f"{i}. {tag_safe(one_line(m.text))}" for i, m in enumerate(statements, 1))
         reply = await self.models.complete("reflector", self.insights_prompt.render(
-            agent_name=self.agent_name, questions="; ".join(f'"{one_line(q)}"' for q in questions),
+            agent_name=self.agent_name, questions="; ".join(f'"{tag_safe(one_line(q))}"' for q in questions),
             numbered_retrieved_memories=numbered,
         ), stream=stream)
         kept = self._keep(parse_insights(reply, len(statements)), result)
