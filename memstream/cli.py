@@ -16,7 +16,7 @@ from typing import Any
 
 from memstream.clock import Clock, FixedClock, SystemClock
 from memstream.config import PersonaConfig, load_persona
-from memstream.errors import ConfigError, MemstreamError
+from memstream.errors import ConfigError, MemstreamError, ProviderError
 from memstream.evaluate import CachedChat, CachedEmbedder, ModelCache, evaluate, read_eval
 from memstream.history import parse_time, read_history
 from memstream.llm import Completion
@@ -118,8 +118,8 @@ async def cmd_import(memory: MemoryStream, args: argparse.Namespace) -> int:
     lines = history.observations
     # Reflections run only when asked (--reflect), at the imported messages' time, never behind the user's back.
     memory.auto_reflect = False
-    # A run that was interrupted left its last lines pending: finish them (its stored lines are skipped).
-    await memory.complete_pending()
+    # A run interrupted (or cut off by a model outage) left lines pending: finish all of them first.
+    await _finish_pending(memory)
     stored = 0
     waiting: list[int] = []
     chunk = 256
@@ -129,21 +129,47 @@ async def cmd_import(memory: MemoryStream, args: argparse.Namespace) -> int:
         stored += sum(1 for m in memories if m.status == "ready")
         waiting += [m.id for m in memories if m.status == "pending"]
         if args.reflect:
-            for stream in await memory.due_streams():
-                await memory.reflect(stream, at=max(o.at for o in part if o.at), only_if_due=True)
+            await _reflect_due(memory, at=max(o.at for o in part if o.at) if any(o.at for o in part) else None)
         _progress(min(start + chunk, len(lines)), len(lines), chunk)
     if waiting:  # lines another import stored and is still completing, or whose model calls failed: try once more
         await memory.complete(sorted(set(waiting)))
         now = await memory.store.get_many(sorted(set(waiting)))
         stored += sum(1 for i in waiting if i in now and now[i].status == "ready")
     pending = len(lines) - stored
+    left = (await memory.store.pending_state())["pending"]  # of this file and of earlier runs
     due = await memory.due_streams()
+    summary = [f"imported {len(lines)} {history.format} message(s): {stored} ready, {pending} pending"
+               + (f", {history.skipped} skipped (bots, joins, pins, empty)" if history.skipped else "")]
+    if due:
+        summary.append(f"due for reflection: {', '.join(due)} (run: memstream reflect --stream KEY, or import "
+                       "with --reflect)")
+    if left:
+        why = f" ({memory.last_model_error})" if memory.last_model_error is not None else ""
+        summary.append(f"{left} memory(ies) pending: the model server failed{why}; they are kept, and the same "
+                       "import run again (or the bot) completes them once the server is back")
     _emit(args, {"format": history.format, "observations": len(lines), "skipped": history.skipped,
-                 "ready": stored, "pending": pending, "due_for_reflection": due},
-          [f"imported {len(lines)} {history.format} message(s): {stored} ready, {pending} pending"
-           + (f", {history.skipped} skipped (bots, joins, pins, empty)" if history.skipped else "")]
-          + ([f"due for reflection: {', '.join(due)} (run: memstream reflect --stream KEY)"] if due else []))
-    return 0 if pending == 0 else 3
+                 "ready": stored, "pending": pending, "pending_total": left, "due_for_reflection": due,
+                 "error": None if memory.last_model_error is None or not left else str(memory.last_model_error)},
+          summary)
+    return 0 if left == 0 else 3
+
+
+async def _finish_pending(memory: MemoryStream, chunk: int = 1000) -> None:
+    """Complete every pending memory (not only the first thousand), a chunk at a time, each tried once."""
+    ids = [m.id for m in await memory.store.pending_memories(limit=2**62)]
+    for start in range(0, len(ids), chunk):
+        await memory.complete(ids[start:start + chunk])
+
+
+async def _reflect_due(memory: MemoryStream, *, at: datetime | None) -> None:
+    """Reflect on every stream that is due; a reflection the model server fails is skipped (it is counted,
+    and runs again at the next import with --reflect, `memstream reflect`, or the bot), never the import."""
+    for stream in await memory.due_streams():
+        try:
+            await memory.reflect(stream, at=at, only_if_due=True)
+        except ProviderError as exc:
+            print(visible(f"memstream: reflection on {stream} skipped, it is tried again later: {exc}"),
+                  file=sys.stderr)
 
 
 def _progress(done: int, total: int, step: int) -> None:

@@ -122,6 +122,8 @@ class MemoryStream:
         self._inflight: set[int] = set()  # pending memories being completed right now (never twice at once)
         # False after a deletion whose old copies another reader kept in the store's log (Store.scrub).
         self.scrubbed = True
+        # The last model failure that left a memory pending (why something is pending, for the operator).
+        self.last_model_error: ProviderError | None = None
         self._failures: set[int] = set()
         self._persisting = asyncio.Lock()
         self._closers: list[Callable[[], Awaitable[None]]] = []
@@ -275,6 +277,8 @@ class MemoryStream:
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
+        if errors:
+            self.last_model_error = errors[0]
         if errors:  # one line per burst, however many of its calls failed
             left = sorted(m.id for m in memories if m.id in self._failures)
             self._failures.difference_update(left)

@@ -181,3 +181,50 @@ async def test_control_characters_in_memories_never_reach_the_terminal(
         assert "party" in out or "Sure" in out or "Isabella" in out, out
         assert not any(ch in out for ch in "\x1b\x07\x9b\u202e"), repr(out)
     assert "␛[2J" in outputs[0]  # made visible, not silently dropped
+
+
+async def test_an_import_survives_a_model_outage_and_a_rerun_completes_everything(tmp_path: Path) -> None:
+    # The server dies after 300 rating calls (connections refused) and comes back on the same port.
+    server = FakeOpenAIServer()
+    await server.start()
+    calls = 0
+    stopping: list[asyncio.Task[None]] = []
+
+    def answer(request: ChatRequest) -> str:
+        nonlocal calls
+        calls += 1
+        if calls == 300:
+            stopping.append(asyncio.ensure_future(server.stop()))
+        return _answer(request)
+
+    server.on_chat(answer)
+    try:
+        persona = str(_persona(tmp_path, server.base_url, threshold=20))
+        history = tmp_path / "h.jsonl"
+        history.write_text("".join(json.dumps({"text": f"the party plan number {i}", "id": str(i),
+                                               "at": f"2023-02-13T{i % 24:02d}:00:00Z"}) + "\n"
+                                   for i in range(1200)), encoding="utf-8")
+
+        def run() -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "memstream", "import", str(history), "--persona", persona,
+                                   "--reflect"], capture_output=True, text=True, timeout=300)
+
+        first = await asyncio.to_thread(run)
+        assert stopping, "the outage never happened"
+        assert first.returncode == 3, first.stderr
+        assert "Traceback" not in first.stderr
+        last = first.stdout.strip().splitlines()[-1]
+        assert "pending: the model server failed" in last and "run again" in last
+        await asyncio.gather(*stopping)
+        await server.start()  # back on the same port
+        second = await asyncio.to_thread(run)
+        assert second.returncode == 0, second.stdout + second.stderr
+        assert "pending:" not in second.stdout
+        import sqlite3
+
+        conn = sqlite3.connect(tmp_path / "isabella.db")
+        counts = conn.execute("SELECT COUNT(*), SUM(status = 'ready') FROM memories WHERE kind = 'observation'")
+        assert counts.fetchone() == (1200, 1200)
+        conn.close()
+    finally:
+        await server.stop()
