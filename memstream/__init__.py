@@ -17,7 +17,11 @@ from memstream.errors import (
     MissingVariables,
     PromptError,
     ProviderError,
+    StoreDamaged,
     StoreError,
+    StoreFull,
+    StoreLocked,
+    StoreReadOnly,
 )
 from memstream.llm import ChatModel, Completion, OpenAIChat
 from memstream.models import Models, RoleModel
@@ -70,7 +74,11 @@ __all__ = [
     "SentenceTransformerEmbedder",
     "Source",
     "Store",
+    "StoreDamaged",
     "StoreError",
+    "StoreFull",
+    "StoreLocked",
+    "StoreReadOnly",
     "StreamConfig",
     "SystemClock",
     "format_time",

@@ -4,7 +4,11 @@
     ├── ConfigError            a persona file, option or environment value is invalid
     ├── StoreError             the SQLite store cannot be opened, read or written
     │   ├── MigrationError     a migration failed (the file is left as it was)
-    │   └── MemoryNotFound     no memory with that id in that stream
+    │   ├── MemoryNotFound     no memory with that id in that stream
+    │   ├── StoreLocked        another process held the database past the lock wait
+    │   ├── StoreFull          the disk (or the file's size limit) is full
+    │   ├── StoreReadOnly      the file or its folder cannot be written
+    │   └── StoreDamaged       the file is not a database or is corrupt
     ├── ProviderError          a model server failed or answered nonsense
     │   ├── CompletionError    chat completions (rater, reflector, agent)
     │   └── EmbeddingError     embeddings
@@ -24,7 +28,11 @@ __all__ = [
     "MissingVariables",
     "PromptError",
     "ProviderError",
+    "StoreDamaged",
     "StoreError",
+    "StoreFull",
+    "StoreLocked",
+    "StoreReadOnly",
 ]
 
 
@@ -46,6 +54,22 @@ class MigrationError(StoreError):
 
 class MemoryNotFound(StoreError):
     """No memory with that id (in that stream)."""
+
+
+class StoreLocked(StoreError):
+    """Another process held the database's lock for longer than the store waits (LOCK_WAIT_SECONDS)."""
+
+
+class StoreFull(StoreError):
+    """The disk holding the database, or the file's size limit, is full."""
+
+
+class StoreReadOnly(StoreError):
+    """The database file (or its folder, for the WAL) cannot be written."""
+
+
+class StoreDamaged(StoreError):
+    """The file is not a database, or a page of it is corrupt."""
 
 
 class ProviderError(MemstreamError):

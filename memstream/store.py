@@ -23,7 +23,8 @@ import numpy as np
 import numpy.typing as npt
 import sqlite_vec
 
-from memstream import _load
+from memstream import _load, _sqlite
+from memstream._sqlite import BUSY_TIMEOUT_MS
 from memstream.clock import from_timestamp
 from memstream.errors import MemoryNotFound, MigrationError, StoreError
 from memstream.records import EvidenceNode, Memory, Source
@@ -41,8 +42,6 @@ RETRY_BASE_SECONDS = 30.0
 PARALLEL_LOAD_ROWS = 200_000
 MAX_LOAD_PROCESSES = 8
 RETRY_CAP_SECONDS = 900.0
-# How long a statement waits for another connection's lock before it fails.
-BUSY_TIMEOUT_MS = 5000
 # A deletion whose texts would take longer to search the file for than this many bytes (needles x file size)
 # rewrites the file without searching.
 SEARCH_BUDGET_BYTES = 4 * 2**30
@@ -309,20 +308,23 @@ class Store:
             conn.enable_load_extension(False)
             return conn
 
+        # SQLite errors become ours in the connection (memstream._sqlite).
+        conn = _sqlite.Connection(connector, 64, path=location, errors=(module.Error,))
         try:
-            conn = await aiosqlite.Connection(connector, 64)
-        except module.Error as exc:
+            await conn
+        except (module.Error, StoreError) as exc:
             raise StoreError(f"cannot open {location}: {exc}") from exc
         store = cls(conn, location, load_processes=load_processes)
         try:
-            # The busy timeout first: switching a new file to WAL waits for another process doing the same.
-            await conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-            await store._use_wal()
-            for pragma in ("synchronous=NORMAL", "foreign_keys=ON", "secure_delete=ON"):
-                await conn.execute(f"PRAGMA {pragma}")
-        except module.Error as exc:
+            # The busy timeout first: switching a new file to WAL waits for another process doing the same
+            # (SQLite refuses at once there; the connection tries again within its lock wait).
+            for pragma in (f"busy_timeout={BUSY_TIMEOUT_MS}", "journal_mode=WAL", "synchronous=NORMAL",
+                           "foreign_keys=ON", "secure_delete=ON"):
+                async with conn.execute(f"PRAGMA {pragma}"):
+                    pass
+        except StoreError:
             await conn.close()
-            raise StoreError(f"cannot open {location}: {exc}") from exc
+            raise
         try:
             await store.migrate(all_migrations(migrations))
             await store.finish_scrub()
@@ -331,26 +333,13 @@ class Store:
             raise
         return store
 
-    async def _use_wal(self) -> None:
-        """Switch the file to WAL. Two processes creating one file at once: SQLite refuses the switch with
-        "locked" without waiting, so this waits (the busy timeout, at most) for the other to finish it."""
-        deadline = asyncio.get_running_loop().time() + BUSY_TIMEOUT_MS / 1000
-        while True:
-            try:
-                await self.conn.execute("PRAGMA journal_mode=WAL")
-                return
-            except sqlite_module().OperationalError as exc:
-                if "locked" not in str(exc) or asyncio.get_running_loop().time() >= deadline:
-                    raise
-                await asyncio.sleep(0.05)
-
     async def close(self) -> None:
         """Close the connection (finishing a scrub a reader held up, if it can now)."""
         if self._closed:
             return
         self._closed = True
         try:
-            with contextlib.suppress(sqlite_module().Error):
+            with contextlib.suppress(StoreError):
                 await self.finish_scrub()
         finally:
             await self.conn.close()
@@ -381,7 +370,9 @@ class Store:
                     yield
                 except BaseException:
                     self._in_transaction = False
-                    await self.conn.execute("ROLLBACK")
+                    if self.conn.in_transaction:  # SQLite rolls back by itself after some errors (a full disk)
+                        with contextlib.suppress(StoreError):  # the first error is the one to report
+                            await self.conn.execute("ROLLBACK")
                     raise
                 self._in_transaction = False
                 await self.conn.execute("COMMIT")
@@ -434,7 +425,9 @@ class Store:
                             "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
                             (migration.version, migration.name, datetime.now(UTC).isoformat()),
                         )
-                except sqlite_module().Error as exc:
+                except MigrationError:
+                    raise
+                except (StoreError, sqlite_module().Error) as exc:
                     raise MigrationError(
                         f"{self.path}: migration {migration.version:04d}_{migration.name} failed: {exc}"
                     ) from exc

@@ -210,8 +210,9 @@ async def test_one_message_is_one_memory_per_stream(store: Store) -> None:
     assert await store.find_message("guild:2", "m1") is None
     [other] = await store.insert([observation("hello", stream="guild:2", message_id="m1")])
     assert sorted(await store.by_message(["m1", "m9"])) == [first, other]
-    with pytest.raises(sqlite_module().IntegrityError):
+    with pytest.raises(StoreError, match="UNIQUE constraint") as info:
         await store.insert([observation("hello again", message_id="m1")])
+    assert isinstance(info.value.__cause__, sqlite_module().IntegrityError)
 
 
 async def test_get_checks_the_stream(store: Store) -> None:

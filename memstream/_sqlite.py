@@ -1,0 +1,95 @@
+"""The one place SQLite errors become ours: every statement, fetch and commit of the store's connection
+passes through `Connection._execute` (aiosqlite's single hop to its worker thread), which maps a SQLite
+error to the StoreError that says what happened in one line, and waits out a locked database.
+
+A locked database: SQLite's busy timeout waits BUSY_TIMEOUT_MS inside each attempt; a statement outside a
+transaction (or the BEGIN IMMEDIATE that starts one) is tried again until LOCK_WAIT_SECONDS have passed in
+all, then StoreLocked says that nothing was written. Inside a transaction nothing is retried (the
+transaction is rolled back as a whole by its caller).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiosqlite
+
+from memstream.errors import StoreDamaged, StoreError, StoreFull, StoreLocked, StoreReadOnly
+
+__all__ = ["BUSY_TIMEOUT_MS", "LOCK_WAIT_SECONDS", "Connection", "store_error"]
+
+# How long one statement waits inside SQLite for another connection's lock.
+BUSY_TIMEOUT_MS = 5000
+# How long a statement is tried again, in all, while another process holds the database.
+LOCK_WAIT_SECONDS = 30.0
+_RETRYABLE = {"execute", "executemany"}
+
+
+def _kind(exc: BaseException) -> str:
+    text = str(exc).lower()
+    name = str(getattr(exc, "sqlite_errorname", "") or "")
+    if "is locked" in text or name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+        return "locked"
+    if "database or disk is full" in text or name.startswith("SQLITE_FULL"):
+        return "full"
+    if "readonly database" in text or name.startswith("SQLITE_READONLY"):
+        return "readonly"
+    if ("malformed" in text or "not a database" in text or "unsupported file format" in text
+            or name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB"))):
+        return "damaged"
+    if "disk i/o error" in text or name.startswith("SQLITE_IOERR"):
+        return "io"
+    return "other"
+
+
+def store_error(exc: BaseException, path: str, *, waited: float = 0.0) -> StoreError:
+    """The StoreError for a SQLite error on the database at `path` (one line, saying what to do)."""
+    kind = _kind(exc)
+    if kind == "locked":
+        return StoreLocked(f"{path}: another process kept the database locked for {waited:.0f} s; nothing was "
+                           "written: try again when it is done (or stop it)")
+    if kind == "full":
+        return StoreFull(f"{path}: the disk is full; nothing was written (what was stored before is intact): "
+                         "free some space and try again")
+    if kind == "readonly":
+        return StoreReadOnly(f"{path}: the database cannot be written (read-only file, folder or file system); "
+                             "nothing was written")
+    if kind == "damaged":
+        return StoreDamaged(f"{path}: the database file is damaged ({exc}); nothing was written: restore a backup")
+    if kind == "io":
+        return StoreError(f"{path}: the disk failed to read or write ({exc}); nothing was written")
+    return StoreError(f"{path}: {exc}")
+
+
+class Connection(aiosqlite.Connection):
+    """aiosqlite's connection, whose every call maps SQLite errors to ours (see the module)."""
+
+    def __init__(self, connector: Any, iter_chunk_size: int, *, path: str,
+                 errors: tuple[type[BaseException], ...]) -> None:
+        super().__init__(connector, iter_chunk_size)
+        self.path, self.errors = path, errors  # the database's path for messages; the binding's error classes
+
+    async def _execute(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while True:
+            try:
+                return await super()._execute(fn, *args, **kwargs)  # type: ignore[no-untyped-call]
+            except self.errors as exc:
+                waited = loop.time() - started
+                if (_kind(exc) == "locked" and self._may_retry(fn, args) and waited < LOCK_WAIT_SECONDS):
+                    await asyncio.sleep(0.1)
+                    continue
+                raise store_error(exc, self.path, waited=max(waited, BUSY_TIMEOUT_MS / 1000)) from exc
+
+    def _may_retry(self, fn: Any, args: tuple[Any, ...]) -> bool:
+        if getattr(fn, "__name__", "") not in _RETRYABLE:
+            return False
+        sql = str(args[0]).lstrip().upper() if args else ""
+        if sql.startswith("BEGIN"):
+            return True
+        try:
+            return not self._conn.in_transaction
+        except ValueError:  # closed
+            return False

@@ -1,0 +1,111 @@
+"""SQLite errors after opening are ours: one line, the right class, a locked database waited out within a
+bound, and the user's text either stored or plainly not."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memstream import MemoryStream, RoleModel, Store, StoreError, StoreFull, StoreLocked, StreamConfig, _sqlite, cli
+from memstream import store as store_module
+from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
+
+
+class _Writer:
+    """Another process holding the write lock of a database until released."""
+
+    def __init__(self, db: Path) -> None:
+        script = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
+                  "c.execute('BEGIN IMMEDIATE'); print('locked', flush=True); sys.stdin.readline(); "
+                  "c.execute('COMMIT')")
+        self.proc = subprocess.Popen([sys.executable, "-c", script, str(db)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "locked"
+
+    def release(self) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("\n")
+        self.proc.stdin.close()
+        self.proc.wait(timeout=10)
+        self.proc.stdout.close()
+
+
+def _memory(store: Store) -> MemoryStream:
+    chat = ScriptedChat()
+    chat.on("<memory>", "5")
+    return MemoryStream(store, FakeEmbedder(), rater=RoleModel(chat, "r"), reflector=RoleModel(chat, "r"),
+                        agent=RoleModel(chat, "a"), name="I", summary="S", clock=FakeClock(),
+                        config=StreamConfig(reflection_threshold=10**6))
+
+
+async def test_a_lock_held_briefly_is_waited_out_and_the_text_stored(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "p.db"
+    async with await Store.open(db) as store:
+        await store.conn.execute("PRAGMA busy_timeout=200")  # one attempt waits 0.2 s: the retry loop shows
+        writer = _Writer(db)
+        loop = asyncio.get_running_loop()
+        loop.call_later(1.0, writer.release)  # past several busy timeouts, within the lock wait
+        stored = await _memory(store).observe("kept despite the lock")
+        assert (await store.get(stored.id)).text == "kept despite the lock"
+
+
+async def test_a_lock_held_past_the_wait_is_one_clear_error_and_nothing_half_stored(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_sqlite, "LOCK_WAIT_SECONDS", 0.5)
+    db = tmp_path / "p.db"
+    async with await Store.open(db) as store:
+        await store.conn.execute("PRAGMA busy_timeout=100")
+        writer = _Writer(db)
+        try:
+            with pytest.raises(StoreLocked) as info:
+                await _memory(store).observe("this one is not stored")
+        finally:
+            writer.release()
+        message = str(info.value)
+        assert "\n" not in message and "another process kept the database locked" in message
+        assert "nothing was written" in message and str(db) in message
+        assert await store.recent("default", 5, include_pending=True) == []
+        later = await _memory(store).observe("works once the lock is gone")  # the store is still usable
+        assert later.status == "ready"
+
+
+def test_the_command_line_says_locked_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(_sqlite, "LOCK_WAIT_SECONDS", 0.5)
+    monkeypatch.setattr(_sqlite, "BUSY_TIMEOUT_MS", 100)
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_MS", 100)
+    db = tmp_path / "p.db"
+    persona = tmp_path / "p.toml"
+    persona.write_text(f'[persona]\nname = "I"\nsummary = "S"\ndatabase = "{db}"\n'
+                       '[models]\nbase_url = "http://127.0.0.1:9/v1"\n', encoding="utf-8")
+    assert cli.main(["stats", "--persona", str(persona)]) == 0
+    capsys.readouterr()
+    writer = _Writer(db)
+    try:
+        code = cli.main(["observe", "hello", "--importance", "3", "--persona", str(persona)])
+    finally:
+        writer.release()
+    err = capsys.readouterr().err
+    assert code != 0 and err.count("\n") == 1 and "locked" in err and "Traceback" not in err
+
+
+async def test_a_full_disk_is_one_clear_error_and_what_was_stored_survives(tmp_path: Path) -> None:
+    db = tmp_path / "p.db"
+    async with await Store.open(db) as store:
+        memory = _memory(store)
+        first = await memory.observe("stored before the disk filled up")
+        async with store.conn.execute("PRAGMA page_count") as cur:
+            pages = (await cur.fetchone())[0]
+        async with store.conn.execute(f"PRAGMA max_page_count={pages + 1}"):
+            pass  # the file may not grow: what a full disk does to SQLite (SQLITE_FULL)
+        with pytest.raises(StoreFull) as info:
+            await memory.observe_many([__import__("memstream").Observation("x" * 3000 + str(i)) for i in range(50)])
+        assert "\n" not in str(info.value) and "disk is full" in str(info.value)
+    async with await Store.open(db) as store:
+        assert (await store.get(first.id)).text == "stored before the disk filled up"
+        assert isinstance(info.value, StoreError)
