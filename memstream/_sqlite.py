@@ -40,6 +40,8 @@ def _kind(exc: BaseException) -> str:
         return "damaged"
     if "disk i/o error" in text or name.startswith("SQLITE_IOERR"):
         return "io"
+    if "unable to open database file" in text or name.startswith("SQLITE_CANTOPEN"):
+        return "cantopen"
     return "other"
 
 
@@ -56,7 +58,11 @@ def store_error(exc: BaseException, path: str, *, waited: float = 0.0) -> StoreE
         return StoreReadOnly(f"{path}: the database cannot be written (read-only file, folder or file system); "
                              "nothing was written")
     if kind == "damaged":
-        return StoreDamaged(f"{path}: the database file is damaged ({exc}); nothing was written: restore a backup")
+        return StoreDamaged(f"{path}: the database file is damaged or not a database ({exc}); restore a backup, "
+                            "or copy out what can be read with: memstream salvage SRC DEST")
+    if kind == "cantopen":
+        return StoreError(f"{path}: cannot open the database (a missing or unreadable file, or a folder where its "
+                          "write-ahead log cannot be created)")
     if kind == "io":
         return StoreError(f"{path}: the disk failed to read or write ({exc}); nothing was written")
     return StoreError(f"{path}: {exc}")

@@ -16,8 +16,9 @@ from typing import Any
 
 from memstream.clock import Clock, FixedClock, SystemClock
 from memstream.config import PersonaConfig, load_persona
-from memstream.errors import ConfigError, MemstreamError, ProviderError
+from memstream.errors import ConfigError, MemstreamError, ProviderError, SchemaTooNew, StoreDamaged
 from memstream.evaluate import CachedChat, CachedEmbedder, ModelCache, evaluate, read_eval
+from memstream.filecare import backup, salvage
 from memstream.history import parse_time, read_history
 from memstream.llm import Completion
 from memstream.profiles import PROFILES
@@ -172,7 +173,7 @@ async def _reflect_due(memory: MemoryStream, *, at: datetime | None) -> None:
                   file=sys.stderr)
 
 
-def _progress(done: int, total: int, step: int) -> None:
+def _progress(done: int, total: int, step: int, verb: str = "imported") -> None:
     """A progress bar on a terminal; a line every 10% elsewhere (logs stay readable)."""
     if not total:
         return
@@ -182,7 +183,7 @@ def _progress(done: int, total: int, step: int) -> None:
         print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}", end="" if done < total else "\n",
               file=sys.stderr, flush=True)
     elif total >= 1000 and (done == total or done * 10 // total != (done - step) * 10 // total):
-        print(f"imported {done}/{total} ({100 * done // total}%)", file=sys.stderr, flush=True)
+        print(f"{verb} {done}/{total} ({100 * done // total}%)", file=sys.stderr, flush=True)
 
 
 async def cmd_recall(memory: MemoryStream, args: argparse.Namespace) -> int:
@@ -342,6 +343,46 @@ def eval_lines(report: dict[str, Any], ks: Sequence[int]) -> list[str]:
     return lines
 
 
+async def cmd_backup(args: argparse.Namespace, persona: PersonaConfig) -> int:
+    """A consistent copy of the persona's database, safe while the bot runs."""
+    source = Path(persona.database)
+    pages = await asyncio.to_thread(backup, source, args.dest, force=args.force,
+                                    progress=lambda done, total: _progress(done, total, max(1, total // 10), "copied"))
+    _emit(args, {"source": str(source), "backup": str(args.dest), "pages": pages},
+          [f"backed up {source} to {args.dest} ({pages} pages)"])
+    return 0
+
+
+async def cmd_salvage(args: argparse.Namespace) -> int:
+    """Copy what can be read from a damaged database into a new one."""
+    report = await salvage(args.src, args.dest)
+    lines = [f"salvaged into {args.dest}: " + ", ".join(f"{n} {table}" for table, n in report.copied.items())]
+    for table, ids in report.unreadable.items():
+        if ids:
+            lines.append(f"could not read {len(ids)} row(s) of {table}: {_ranges(ids)}")
+    for table, n in report.dropped.items():
+        lines.append(f"left out {n} row(s) of {table} that cite rows that could not be read")
+    if report.complete:
+        lines.append("every row could be read")
+    _emit(args, {"copied": report.copied, "unreadable": report.unreadable, "dropped": report.dropped}, lines)
+    return 0 if report.complete else EXIT_PENDING
+
+
+def _ranges(ids: Sequence[str]) -> str:
+    """Ids as compact ranges: 3-7, 9."""
+    numbers = sorted(int(i) for i in ids)
+    parts: list[str] = []
+    start = prev = numbers[0]
+    for n in [*numbers[1:], None]:
+        if n is not None and n == prev + 1:
+            prev = n
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if n is not None:
+            start = prev = n
+    return ", ".join(parts[:20]) + (", ..." if len(parts) > 20 else "")
+
+
 async def cmd_bot(args: argparse.Namespace) -> int:
     """Run the Discord bot (the `bot` package, kept out of the core)."""
     runner = importlib.import_module("bot.__main__")
@@ -451,6 +492,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", action="append", type=int, help="a cut-off (repeatable; default: 5 and 10)")
     p.add_argument("--no-touch", action="store_true", help="queries do not update last access")
     p.add_argument("--cache", type=Path, help="model cache file (default: eval-cache.sqlite beside the database)")
+    p = sub.add_parser("backup", parents=[common], help="a consistent copy of the database (safe while running)",
+                       description="Copy the persona's database to DEST with SQLite's online backup: consistent "
+                                   "even while the bot writes. Forgotten text is not in the copy, but a backup made "
+                                   "before a deletion request still holds it (see the README's Privacy section).")
+    p.add_argument("dest", type=Path)
+    p.add_argument("--force", action="store_true", help="replace DEST if it exists")
+    p = sub.add_parser("salvage", parents=[common], help="copy what can be read from a damaged database",
+                       description="Copy every memory, evidence pointer and reply trace that can still be read "
+                                   "from the damaged database SRC into a new database DEST (same ids), and report "
+                                   "what could not be read.")
+    p.add_argument("src", type=Path)
+    p.add_argument("dest", type=Path)
     sub.add_parser("bot", parents=[common], help="run the persona on Discord (needs DISCORD_TOKEN)",
                    description="Run the persona as a Discord bot (one process per persona).")
     return parser
@@ -459,9 +512,13 @@ def build_parser() -> argparse.ArgumentParser:
 async def _run(args: argparse.Namespace) -> int:
     if args.command == "bot":
         return await cmd_bot(args)
+    if args.command == "salvage":
+        return await cmd_salvage(args)
     persona: PersonaConfig = load_persona(args.persona)
     if args.db is not None:
         persona = persona.with_database(args.db)
+    if args.command == "backup":
+        return await cmd_backup(args, persona)
     if args.command == "eval":
         return await cmd_eval(args, persona)
     function, needs_models = COMMANDS[args.command]
@@ -474,6 +531,24 @@ async def _run(args: argparse.Namespace) -> int:
         return await function(memory, args)
     finally:
         await memory.close()
+
+
+# Exit statuses, for scripts and supervisors: 0 done; 1 failed (a model server, a lock, the disk); 2 bad
+# input (a persona file, an option, a history file); 3 done but memories left pending; 4 damaged data (the
+# database file is not one, or is corrupt: restore a backup or `memstream salvage`); 5 the database was made
+# by a newer memstream; 130 interrupted.
+EXIT_FAILED, EXIT_BAD_INPUT, EXIT_PENDING, EXIT_DAMAGED, EXIT_TOO_NEW = 1, 2, 3, 4, 5
+
+
+def exit_code(exc: MemstreamError) -> int:
+    """The exit status for an error (see EXIT_*)."""
+    if isinstance(exc, ConfigError):
+        return EXIT_BAD_INPUT
+    if isinstance(exc, StoreDamaged):
+        return EXIT_DAMAGED
+    if isinstance(exc, SchemaTooNew):
+        return EXIT_TOO_NEW
+    return EXIT_FAILED
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -489,6 +564,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(_run(args))
     except MemstreamError as exc:
         print(visible(f"memstream: error: {exc}"), file=sys.stderr)
-        return 2 if isinstance(exc, ConfigError) else 1
+        return exit_code(exc)
     except KeyboardInterrupt:
         return 130

@@ -4,6 +4,7 @@
     ├── ConfigError            a persona file, option or environment value is invalid
     ├── StoreError             the SQLite store cannot be opened, read or written
     │   ├── MigrationError     a migration failed (the file is left as it was)
+    │   │   └── SchemaTooNew   the file was made by a newer memstream (never downgraded)
     │   ├── MemoryNotFound     no memory with that id in that stream
     │   ├── StoreLocked        another process held the database past the lock wait
     │   ├── StoreFull          the disk (or the file's size limit) is full
@@ -28,6 +29,7 @@ __all__ = [
     "MissingVariables",
     "PromptError",
     "ProviderError",
+    "SchemaTooNew",
     "StoreDamaged",
     "StoreError",
     "StoreFull",
@@ -50,6 +52,10 @@ class StoreError(MemstreamError):
 
 class MigrationError(StoreError):
     """A schema migration failed."""
+
+
+class SchemaTooNew(MigrationError):
+    """The database file has migrations this version of memstream does not know: it was made by a newer one."""
 
 
 class MemoryNotFound(StoreError):

@@ -26,7 +26,7 @@ import sqlite_vec
 from memstream import _load, _sqlite
 from memstream._sqlite import BUSY_TIMEOUT_MS
 from memstream.clock import from_timestamp
-from memstream.errors import MemoryNotFound, MigrationError, StoreError
+from memstream.errors import MemoryNotFound, MigrationError, SchemaTooNew, StoreError
 from memstream.records import EvidenceNode, Memory, Source
 
 __all__ = ["Migration", "NewMemory", "Store", "StreamArrays", "deferred_touches", "retry_delay", "sqlite_module"]
@@ -399,7 +399,13 @@ class Store:
     async def migrate(self, migrations: Iterable[Migration] | None = None) -> list[int]:
         """Apply pending migrations in order, each in one transaction with its record row."""
         applied: list[int] = []
-        todo = await self.pending(migrations)
+        known = list(migrations or all_migrations())
+        newer = sorted(set(await self.applied()) - {m.version for m in known})
+        if newer and newer[-1] > max((m.version for m in known), default=0):
+            raise SchemaTooNew(f"{self.path} was made by a newer memstream (schema {newer[-1]:04d}; this version "
+                               f"knows up to {max(m.version for m in known):04d}): upgrade memstream to use it; "
+                               "nothing was changed")
+        todo = await self.pending(known)
         if not todo:
             return applied
         # A migration may rebuild a table (the only way SQLite changes a column's definition): with foreign
