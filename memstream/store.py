@@ -697,7 +697,7 @@ class Store:
 
     async def _rewrite_residue(self) -> None:
         """secure_delete zeroes a deleted row, but a copy an earlier page split left in a page that still
-        holds live rows stays. So the file is searched for the deleted texts (one pass per text, at ~1 GB/s;
+        holds live rows stays. So the file is searched for the deleted texts (one pass per needle, ~2 GB/s;
         a deletion too large to search cheaply skips the search) and rewritten (VACUUM: time and space of
         one copy of the file) when a copy is found. Most deletions cost the search only."""
         texts, self._residue = self._residue, []
