@@ -13,7 +13,7 @@ import discord
 from discord.ext import commands
 
 from bot.bot import PersonaBot, stream_key
-from memstream import MemstreamError, Observation, Source
+from memstream import MemstreamError, Observation, Source, StoreDamaged, StoreError
 
 __all__ = ["ObserveCog", "attributed", "setup"]
 
@@ -23,6 +23,10 @@ BATCH = 256
 # Stored observations waiting for their model calls. Past this many, the rest wait in the database only
 # (pending), where the scheduler's retry finds them: memory stays bounded through a long model outage.
 MAX_BACKLOG = 20_000
+# A batch the store cannot take (a full disk, a lock held too long) stays queued and is tried again after
+# STORE_RETRY seconds, doubling up to STORE_RETRY_CAP.
+STORE_RETRY = 1.0
+STORE_RETRY_CAP = 60.0
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -79,6 +83,8 @@ class ObserveCog(commands.Cog):
         self.idle = asyncio.Event()
         self.idle.set()
         self._busy = 0
+        self.store_retry = STORE_RETRY  # seconds before a batch the store refused is tried again (doubling)
+        self.damaged: set[str] = set()  # streams whose damage was reported
 
     async def cog_load(self) -> None:
         self.workers = [asyncio.create_task(self._work(), name="observe-store"),
@@ -127,21 +133,51 @@ class ObserveCog(commands.Cog):
             try:
                 while self.queue:
                     batch = [self.queue.popitem(last=False)[1] for _ in range(min(BATCH, len(self.queue)))]
-                    await self._store(batch)
+                    if not await self._store(batch):
+                        self._requeue(batch)
+                        await asyncio.sleep(self.store_retry)  # a full disk, a lock: try again by itself
+                        self.store_retry = min(STORE_RETRY_CAP, self.store_retry * 2)
+                        continue
+                    if self.store_retry > STORE_RETRY:
+                        log.warning("storing observations works again; %d queued one(s) left", len(self.queue))
+                    self.store_retry = STORE_RETRY
                     await self._forget_raced(batch)
             finally:
                 self._busy -= 1
                 self._settle()
 
-    async def _store(self, batch: list[Observation]) -> None:
+    def _requeue(self, batch: list[Observation]) -> None:
+        """Put a batch that could not be stored back at the head of the queue (a deletion meanwhile wins)."""
+        for observation in reversed(batch):
+            key = observation.source.message_id or str(id(observation))
+            if key in self.deleted or key in self.queue:  # deleted, or a newer edit queued meanwhile
+                continue
+            self.queue[key] = observation
+            self.queue.move_to_end(key, last=False)
+
+    async def _store(self, batch: list[Observation]) -> bool:
+        """Store a batch (pending); False if the store could not take it now (kept, tried again)."""
         try:
             stored = await self.bot.memory.observe_many(batch, defer=True)
+        except StoreDamaged as exc:
+            streams = sorted({o.stream for o in batch} - self.damaged)
+            if streams:  # once per stream: the log of a damaged persona stays readable
+                self.damaged.update(streams)
+                log.error("the database is damaged where %s is stored: %s; %d observation(s) are kept in memory "
+                          "and tried again (memstream salvage copies out what can be read)", ", ".join(streams),
+                          exc, len(batch))
+            return False
+        except StoreError as exc:
+            if self.store_retry == STORE_RETRY:
+                log.warning("could not store %d observation(s), they are kept in memory and tried again every "
+                            "%d s at most: %s", len(batch), STORE_RETRY_CAP, exc)
+            return False
         except MemstreamError as exc:
             log.error("could not store %d observation(s): %s", len(batch), exc)
-            return
+            return True
         except Exception:
             log.exception("storing a batch of observations failed")
-            return
+            return True
         fresh = [m.id for m in stored if m.status == "pending"]
         room = MAX_BACKLOG - len(self.backlog)
         if len(fresh) > room:
@@ -149,6 +185,7 @@ class ObserveCog(commands.Cog):
                      len(fresh) - room)
         self.backlog.extend(fresh[:max(room, 0)])
         self.more.set()
+        return True
 
     async def _complete(self) -> None:
         while True:

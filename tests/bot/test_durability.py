@@ -51,3 +51,38 @@ async def test_a_restart_completes_what_a_dead_process_left_pending(tmp_path: Pa
 
             await until(completed, "the pending observations to be completed at start")
             assert len(await memory.recent(stream, 50)) == 30
+
+
+async def test_a_full_disk_keeps_the_queued_observations_and_work_resumes_when_space_returns(
+        world: World, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from bot.cogs import observe
+
+    monkeypatch.setattr(observe, "STORE_RETRY", 0.05)
+    monkeypatch.setattr(observe, "STORE_RETRY_CAP", 0.2)
+    cog = world.bot.get_cog("ObserveCog")
+    assert isinstance(cog, observe.ObserveCog)
+    cog.store_retry = 0.05
+    store = world.memory.store
+    async with store.conn.execute("PRAGMA page_count") as cursor:
+        pages = (await cursor.fetchone())[0]
+    async with store.conn.execute(f"PRAGMA max_page_count={pages}"):
+        pass  # the file cannot grow: SQLite answers SQLITE_FULL, as on a full disk
+    caplog.set_level(logging.WARNING, logger="bot.observe")
+    sent = [await world.fake.send_message(world.general, world.klaus, f"disk full note {i} " + "x" * 2000)
+            for i in range(8)]
+
+    async def warned() -> bool:
+        return any("kept in memory and tried again" in r.getMessage() for r in caplog.records)
+
+    await until(warned, "the full-disk warning")
+    async with store.conn.execute("SELECT COUNT(*) FROM memories WHERE text LIKE '%disk full note%'") as cur:
+        assert (await cur.fetchone())[0] == 0  # nothing half-written
+    assert len(cog.queue) == 8  # all kept
+    async with store.conn.execute("PRAGMA max_page_count=1073741823"):
+        pass  # space returns
+    for message in sent:
+        await world.stored(world.town, message)  # stored by itself, no restart
+    assert any("works again" in r.getMessage() for r in caplog.records)
+    assert sum("kept in memory" in r.getMessage() for r in caplog.records) == 1  # one warning, not one per try

@@ -4,13 +4,26 @@ bound, and the user's text either stored or plainly not."""
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from memstream import MemoryStream, RoleModel, Store, StoreError, StoreFull, StoreLocked, StreamConfig, _sqlite, cli
+from memstream import (
+    MemoryStream,
+    Observation,
+    RoleModel,
+    Store,
+    StoreError,
+    StoreFull,
+    StoreLocked,
+    StreamConfig,
+    _sqlite,
+    cli,
+)
 from memstream import store as store_module
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
 
@@ -109,3 +122,54 @@ async def test_a_full_disk_is_one_clear_error_and_what_was_stored_survives(tmp_p
     async with await Store.open(db) as store:
         assert (await store.get(first.id)).text == "stored before the disk filled up"
         assert isinstance(info.value, StoreError)
+
+
+def _fill(path: Path, *, leave: int) -> None:
+    """Write `path` until the disk is full, then give `leave` bytes back."""
+    with open(path, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+        except OSError:
+            pass
+        f.truncate(max(0, f.tell() - leave))
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MB file system of its own (tmpfs; needs root, as in CI here)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+async def test_a_real_full_disk_mid_burst_keeps_what_was_stored_and_resumes_when_space_returns(
+        small_disk: Path) -> None:
+    ballast = small_disk / "ballast"
+    db = small_disk / "p.db"
+    async with await Store.open(db) as store:
+        memory = _memory(store)
+        first = await memory.observe("stored while there was room")
+        _fill(ballast, leave=200 * 1024)  # the disk is full but for ~200 KB
+        burst = [Observation(f"burst line {i} " + "y" * 3000) for i in range(200)]
+        with pytest.raises(StoreFull) as info:
+            for start in range(0, 200, 20):
+                await memory.observe_many(burst[start:start + 20])
+        assert "\n" not in str(info.value) and "disk is full" in str(info.value)
+        kept = await store.recent("default", 500, include_pending=True)
+        assert all(m.status == "ready" for m in kept)  # none half-written
+        ballast.unlink()  # space returns
+        after = await memory.observe("stored once there was room again")
+        assert after.status == "ready"
+    async with await Store.open(db) as store:
+        assert (await store.get(first.id)).text == "stored while there was room"
+        async with store.conn.execute("PRAGMA integrity_check") as cursor:
+            assert (await cursor.fetchone())[0] == "ok"
