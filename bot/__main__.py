@@ -20,6 +20,8 @@ import discord
 
 from bot.bot import PersonaBot
 from memstream import ConfigError, MemoryStream, MemstreamError, load_persona
+from memstream.errors import exit_status
+from memstream.terminal import visible
 
 __all__ = ["main", "run", "settle_memory"]
 
@@ -81,8 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return asyncio.run(run(args))
     except MemstreamError as exc:
-        print(f"memstream: error: {exc}", file=sys.stderr)
-        return 2
+        print(visible(f"memstream: error: {exc}"), file=sys.stderr)
+        return exit_status(exc)
     except KeyboardInterrupt:
         return 130
 

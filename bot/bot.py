@@ -56,6 +56,14 @@ class PersonaBot(commands.Bot):
         self.reflections = ReflectionScheduler(memory, check_minutes=persona.discord.reflect_check_minutes)
         self._synced: set[int] = set()
         self._channels: dict[int, object] = {}
+        self.damaged: set[str] = set()  # streams whose damaged storage was reported (once each)
+
+    def report_damage(self, stream: str, exc: MemstreamError) -> None:
+        """Log damaged storage once per stream; the bot goes on serving the streams it can read."""
+        if stream not in self.damaged:
+            self.damaged.add(stream)
+            log.error("the database is damaged where stream %s is stored: %s; other streams are still served "
+                      "(copy out what can be read with: memstream salvage SRC DEST)", stream, exc)
 
     async def process_commands(self, message: discord.Message) -> None:
         """No text commands: a mention is a message to the persona (ChatCog answers it), never a command

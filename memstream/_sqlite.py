@@ -11,6 +11,7 @@ transaction is rolled back as a whole by its caller).
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 import aiosqlite
@@ -60,6 +61,9 @@ def store_error(exc: BaseException, path: str, *, waited: float = 0.0) -> StoreE
     if kind == "damaged":
         return StoreDamaged(f"{path}: the database file is damaged or not a database ({exc}); restore a backup, "
                             "or copy out what can be read with: memstream salvage SRC DEST")
+    if kind == "cantopen" and path != ":memory:" and not os.access(os.path.dirname(os.path.abspath(path)), os.W_OK):
+        return StoreReadOnly(f"{path}: its folder cannot be written (a read-only file system, or permissions), "
+                             "and SQLite needs it for the write-ahead log; nothing was written")
     if kind == "cantopen":
         return StoreError(f"{path}: cannot open the database (a missing or unreadable file, or a folder where its "
                           "write-ahead log cannot be created)")

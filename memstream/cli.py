@@ -14,9 +14,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from memstream import errors
 from memstream.clock import Clock, FixedClock, SystemClock
 from memstream.config import PersonaConfig, load_persona
-from memstream.errors import ConfigError, MemstreamError, ProviderError, SchemaTooNew, StoreDamaged
+from memstream.errors import ConfigError, MemstreamError, ProviderError, exit_status
 from memstream.evaluate import CachedChat, CachedEmbedder, ModelCache, evaluate, read_eval
 from memstream.filecare import backup, salvage
 from memstream.history import parse_time, read_history
@@ -365,7 +366,7 @@ async def cmd_salvage(args: argparse.Namespace) -> int:
     if report.complete:
         lines.append("every row could be read")
     _emit(args, {"copied": report.copied, "unreadable": report.unreadable, "dropped": report.dropped}, lines)
-    return 0 if report.complete else EXIT_PENDING
+    return 0 if report.complete else errors.EXIT_PENDING
 
 
 def _ranges(ids: Sequence[str]) -> str:
@@ -533,24 +534,6 @@ async def _run(args: argparse.Namespace) -> int:
         await memory.close()
 
 
-# Exit statuses, for scripts and supervisors: 0 done; 1 failed (a model server, a lock, the disk); 2 bad
-# input (a persona file, an option, a history file); 3 done but memories left pending; 4 damaged data (the
-# database file is not one, or is corrupt: restore a backup or `memstream salvage`); 5 the database was made
-# by a newer memstream; 130 interrupted.
-EXIT_FAILED, EXIT_BAD_INPUT, EXIT_PENDING, EXIT_DAMAGED, EXIT_TOO_NEW = 1, 2, 3, 4, 5
-
-
-def exit_code(exc: MemstreamError) -> int:
-    """The exit status for an error (see EXIT_*)."""
-    if isinstance(exc, ConfigError):
-        return EXIT_BAD_INPUT
-    if isinstance(exc, StoreDamaged):
-        return EXIT_DAMAGED
-    if isinstance(exc, SchemaTooNew):
-        return EXIT_TOO_NEW
-    return EXIT_FAILED
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
     args = build_parser().parse_args(argv)
@@ -564,6 +547,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(_run(args))
     except MemstreamError as exc:
         print(visible(f"memstream: error: {exc}"), file=sys.stderr)
-        return exit_code(exc)
+        return exit_status(exc)
     except KeyboardInterrupt:
         return 130

@@ -865,7 +865,7 @@ class Store:
         except _load.LoadError as exc:
             raise StoreError(str(exc)) from exc
         except sqlite_module().Error as exc:
-            raise StoreError(f"cannot read stream {stream!r} from {self.path}: {exc}") from exc
+            raise _sqlite.store_error(exc, self.path) from exc
         return _arrays(sink)
 
     async def load_vector(self, memory_id: int) -> npt.NDArray[np.float32]:

@@ -12,7 +12,7 @@ from discord.ext import commands
 from bot.bot import PersonaBot
 from bot.cogs.observe import message_stream, watched
 from bot.render import split_message
-from memstream import MemstreamError, ProviderError, Source
+from memstream import MemstreamError, ProviderError, Source, StoreDamaged
 
 __all__ = ["ChatCog", "setup"]
 
@@ -105,6 +105,10 @@ class ChatCog(commands.Cog):
         except ProviderError as exc:
             log.warning("could not answer message %s: %s", message.id, exc)
             await self._send_safe(message, "Sorry, I can't think straight right now. Try me again in a bit.")
+            return
+        except StoreDamaged as exc:
+            self.bot.report_damage(message_stream(message), exc)
+            await self._send_safe(message, "Sorry, my memory of this place is damaged; I've told my keeper.")
             return
         except MemstreamError as exc:
             log.error("could not answer message %s: %s", message.id, exc)

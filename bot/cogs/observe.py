@@ -84,7 +84,6 @@ class ObserveCog(commands.Cog):
         self.idle.set()
         self._busy = 0
         self.store_retry = STORE_RETRY  # seconds before a batch the store refused is tried again (doubling)
-        self.damaged: set[str] = set()  # streams whose damage was reported
 
     async def cog_load(self) -> None:
         self.workers = [asyncio.create_task(self._work(), name="observe-store"),
@@ -160,12 +159,8 @@ class ObserveCog(commands.Cog):
         try:
             stored = await self.bot.memory.observe_many(batch, defer=True)
         except StoreDamaged as exc:
-            streams = sorted({o.stream for o in batch} - self.damaged)
-            if streams:  # once per stream: the log of a damaged persona stays readable
-                self.damaged.update(streams)
-                log.error("the database is damaged where %s is stored: %s; %d observation(s) are kept in memory "
-                          "and tried again (memstream salvage copies out what can be read)", ", ".join(streams),
-                          exc, len(batch))
+            for stream in sorted({o.stream for o in batch}):  # once per stream: the log stays readable
+                self.bot.report_damage(stream, exc)
             return False
         except StoreError as exc:
             if self.store_retry == STORE_RETRY:

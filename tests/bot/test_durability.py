@@ -86,3 +86,45 @@ async def test_a_full_disk_keeps_the_queued_observations_and_work_resumes_when_s
         await world.stored(world.town, message)  # stored by itself, no restart
     assert any("works again" in r.getMessage() for r in caplog.records)
     assert sum("kept in memory" in r.getMessage() for r in caplog.records) == 1  # one warning, not one per try
+
+
+async def test_a_damaged_stream_is_reported_once_and_the_other_servers_are_still_served(
+        world: World, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from memstream import Observation as Obs
+
+    town, other = world.stream(world.town), world.stream(world.other)
+    await world.memory.observe_many([Obs(f"town memory {i:03d} " + "t" * 300, town) for i in range(200)])
+    await world.memory.observe_many([Obs(f"other memory {i:03d} " + "o" * 300, other) for i in range(200)])
+    store = world.memory.store
+    from memstream.store import sqlite_module
+
+    await world.drained()
+
+    async def checkpointed() -> bool:  # everything into the main file, where the damage goes
+        side = sqlite_module().connect(store.path)
+        try:
+            return bool(side.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0)
+        finally:
+            side.close()
+
+    await until(checkpointed, "the log to be checkpointed")
+    data = Path(store.path).read_bytes()
+    page = data.index(b"town memory 100") // 4096
+    with open(store.path, "r+b") as f:  # a page of the town's memories goes bad on disk
+        f.seek(page * 4096)
+        f.write(b"\xa5" * 4096)
+    world.memory.index.drop(town)  # what it had loaded is gone: the next retrieval reads the file
+    world.memory.index.drop(other)
+    caplog.set_level(logging.ERROR, logger="bot")
+    for _ in range(2):
+        await world.fake.send_message(world.general, world.maria, "what do you remember?",
+                                      mentions=[world.fake.bot_user])
+        sorry = await world.fake.wait_for_sent(lambda m: m.channel_id == world.general)
+        assert "damaged" in sorry.content
+    await world.fake.send_message(world.lounge, world.maria, "and here?", mentions=[world.fake.bot_user])
+    answer = await world.fake.wait_for_sent(lambda m: m.channel_id == world.lounge)
+    assert "damaged" not in answer.content  # the other server is still served
+    reports = [r for r in caplog.records if "damaged" in r.getMessage()]
+    assert len(reports) == 1 and town in reports[0].getMessage()

@@ -152,3 +152,25 @@ async def test_salvage_copies_what_can_be_read_and_reports_the_rest(tmp_path: Pa
         assert len(await store.recent("guild:1", 1000)) == count
     refused = await asyncio.to_thread(_cli, "salvage", str(db), str(dest))
     assert refused.returncode == 2 and "exists" in refused.stderr
+
+
+async def test_a_read_only_file_system_is_one_line(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a file system needs root (root ignores file modes, so a mount is the test)")
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+    try:
+        db = mount / "p.db"
+        await _filled(db, 20)
+        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+        persona = str(_persona(tmp_path, db))
+        for command in (["observe", "hello", "--importance", "3"], ["forget", "1"]):
+            result = await asyncio.to_thread(_cli, *command, "--persona", persona)
+            assert result.returncode == 1, result.stderr
+            assert result.stderr.count("\n") == 1 and str(db) in result.stderr and "Traceback" not in result.stderr
+            assert "read-only file system" in result.stderr
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
