@@ -20,7 +20,7 @@ import discord
 
 from bot.bot import PersonaBot
 from memstream import ConfigError, MemoryStream, MemstreamError, load_persona
-from memstream.errors import exit_status
+from memstream.exits import exit_status
 from memstream.terminal import visible
 
 __all__ = ["main", "run", "settle_memory"]

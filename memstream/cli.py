@@ -14,11 +14,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from memstream import errors
 from memstream.clock import Clock, FixedClock, SystemClock
 from memstream.config import PersonaConfig, load_persona
-from memstream.errors import ConfigError, MemstreamError, ProviderError, exit_status
+from memstream.errors import ConfigError, MemstreamError, ProviderError
 from memstream.evaluate import CachedChat, CachedEmbedder, ModelCache, evaluate, read_eval
+from memstream.exits import EXIT_PENDING, exit_status
 from memstream.filecare import backup, salvage
 from memstream.history import parse_time, read_history
 from memstream.llm import Completion
@@ -366,7 +366,7 @@ async def cmd_salvage(args: argparse.Namespace) -> int:
     if report.complete:
         lines.append("every row could be read")
     _emit(args, {"copied": report.copied, "unreadable": report.unreadable, "dropped": report.dropped}, lines)
-    return 0 if report.complete else errors.EXIT_PENDING
+    return 0 if report.complete else EXIT_PENDING
 
 
 def _ranges(ids: Sequence[str]) -> str:

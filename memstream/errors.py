@@ -35,7 +35,6 @@ __all__ = [
     "StoreFull",
     "StoreLocked",
     "StoreReadOnly",
-    "exit_status",
 ]
 
 
@@ -106,19 +105,3 @@ class MissingVariables(PromptError):
         super().__init__(f"prompt {prompt!r} needs {', '.join(names)}")
         self.names = names
 
-
-# Exit statuses of the command line and the bot, for scripts and supervisors: 0 done; 1 failed (a model server,
-# a lock, the disk); 2 bad input (a persona file, an option, a history file); 3 done but memories left pending;
-# 4 damaged data (restore a backup or `memstream salvage`); 5 the database was made by a newer memstream.
-EXIT_FAILED, EXIT_BAD_INPUT, EXIT_PENDING, EXIT_DAMAGED, EXIT_TOO_NEW = 1, 2, 3, 4, 5
-
-
-def exit_status(exc: MemstreamError) -> int:
-    """The exit status for an error that ends a command (see EXIT_*)."""
-    if isinstance(exc, ConfigError):
-        return EXIT_BAD_INPUT
-    if isinstance(exc, StoreDamaged):
-        return EXIT_DAMAGED
-    if isinstance(exc, SchemaTooNew):
-        return EXIT_TOO_NEW
-    return EXIT_FAILED

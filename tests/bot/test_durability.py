@@ -110,11 +110,7 @@ async def test_a_damaged_stream_is_reported_once_and_the_other_servers_are_still
             side.close()
 
     await until(checkpointed, "the log to be checkpointed")
-    data = Path(store.path).read_bytes()
-    page = data.index(b"town memory 100") // 4096
-    with open(store.path, "r+b") as f:  # a page of the town's memories goes bad on disk
-        f.seek(page * 4096)
-        f.write(b"\xa5" * 4096)
+    _damage_page_holding(Path(store.path), b"town memory 100")  # a page of the town's memories goes bad
     world.memory.index.drop(town)  # what it had loaded is gone: the next retrieval reads the file
     world.memory.index.drop(other)
     caplog.set_level(logging.ERROR, logger="bot")
@@ -128,3 +124,10 @@ async def test_a_damaged_stream_is_reported_once_and_the_other_servers_are_still
     assert "damaged" not in answer.content  # the other server is still served
     reports = [r for r in caplog.records if "damaged" in r.getMessage()]
     assert len(reports) == 1 and town in reports[0].getMessage()
+
+
+def _damage_page_holding(db: Path, needle: bytes) -> None:
+    page = db.read_bytes().index(needle) // 4096
+    with open(db, "r+b") as f:
+        f.seek(page * 4096)
+        f.write(b"\xa5" * 4096)

@@ -159,13 +159,14 @@ async def test_a_read_only_file_system_is_one_line(tmp_path: Path) -> None:
         pytest.skip("mounting a file system needs root (root ignores file modes, so a mount is the test)")
     mount = tmp_path / "ro"
     mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], capture_output=True)
+    made = await asyncio.to_thread(subprocess.run, ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)],
+                                   capture_output=True)
     if made.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
     try:
         db = mount / "p.db"
         await _filled(db, 20)
-        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+        await asyncio.to_thread(subprocess.run, ["mount", "-o", "remount,ro", str(mount)], check=True)
         persona = str(_persona(tmp_path, db))
         for command in (["observe", "hello", "--importance", "3"], ["forget", "1"]):
             result = await asyncio.to_thread(_cli, *command, "--persona", persona)
@@ -173,4 +174,4 @@ async def test_a_read_only_file_system_is_one_line(tmp_path: Path) -> None:
             assert result.stderr.count("\n") == 1 and str(db) in result.stderr and "Traceback" not in result.stderr
             assert "read-only file system" in result.stderr
     finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
+        await asyncio.to_thread(subprocess.run, ["umount", "-l", str(mount)], check=False)
