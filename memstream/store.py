@@ -279,6 +279,7 @@ class Store:
         # Texts deleted since the last scrub (looked for in the file by the scrub), or a whole stream.
         self._residue: list[str] = []
         self._vacuum_due = False
+        self._data_version: int | None = None  # see changed_elsewhere
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -867,6 +868,16 @@ class Store:
         except sqlite_module().Error as exc:
             raise _sqlite.store_error(exc, self.path) from exc
         return _arrays(sink)
+
+    async def changed_elsewhere(self) -> bool:
+        """Whether another connection (another process, or another Store on this file) has committed since
+        the last call: SQLite's data_version, one cheap pragma. The in-memory matrices catch up on it."""
+        async with self.conn.execute("PRAGMA data_version") as cur:
+            row = await cur.fetchone()
+        version = int(row[0]) if row else 0
+        changed = self._data_version is not None and version != self._data_version
+        self._data_version = version
+        return changed
 
     async def load_vector(self, memory_id: int) -> npt.NDArray[np.float32]:
         """One memory's embedding."""

@@ -349,7 +349,11 @@ class VectorIndex:
         self._generation: dict[str, int] = {}
 
     async def get(self, stream: str) -> StreamVectors:
-        """The matrix of a stream, loading it from the store the first time."""
+        """The matrix of a stream, loading it from the store the first time, and again after another
+        process wrote to the file (memories added, forgotten or edited elsewhere are seen at once)."""
+        if await self.store.changed_elsewhere():  # (tracked from the first query on, before any load)
+            for loaded in list(self._streams):
+                self.drop(loaded)
         found = self._streams.get(stream)
         if found is not None:
             return found

@@ -213,3 +213,24 @@ def _env() -> dict[str, str]:
     env = dict(os.environ, OPENAI_API_KEY="test")
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     return env
+
+
+async def test_a_running_process_sees_what_another_process_wrote_forgot_and_edited(tmp_path: Path) -> None:
+    db = tmp_path / "p.db"
+    async with await Store.open(db) as here_store, await Store.open(db) as there_store:
+        here, there = _memory(here_store), _memory(there_store)
+        await here.observe_many([Observation(f"small talk {i}", "guild:1", importance=1) for i in range(20)])
+        assert (await here.retrieve("anything", stream="guild:1"))  # the matrix is loaded here
+        favourite = await there.observe("Isabella's favourite colour is teal", stream="guild:1", importance=10)
+        found = await here.explain("Isabella's favourite colour is teal", stream="guild:1")
+        assert found[0].memory.id == favourite.id  # written elsewhere, seen here
+        await there.forget([favourite.id])
+        assert favourite.id not in [m.memory.id for m in await here.explain("favourite colour", stream="guild:1",
+                                                                             k=30)]
+        edited = await there.observe("a note about soup", stream="guild:1", importance=9,
+                                     source=Source(message_id="m-edit"))
+        await here.explain("soup", stream="guild:1")
+        await there.edit_message("guild:1", "m-edit", "a note about the harbour lighthouse")
+        top = await here.explain("a note about the harbour lighthouse", stream="guild:1")
+        assert top[0].memory.id == edited.id and top[0].memory.text.endswith("lighthouse")
+        assert top[0].cosine > 0.99  # the new embedding, not the soup one
