@@ -18,7 +18,7 @@ from memstream.clock import Clock, FixedClock, SystemClock
 from memstream.config import PersonaConfig, load_persona
 from memstream.errors import ConfigError, MemstreamError, ProviderError
 from memstream.evaluate import CachedChat, CachedEmbedder, ModelCache, evaluate, read_eval
-from memstream.exits import EXIT_PENDING, exit_status
+from memstream.exits import EXIT_BAD_INPUT, EXIT_PENDING, exit_status
 from memstream.filecare import backup, salvage
 from memstream.history import parse_time, read_history
 from memstream.llm import Completion
@@ -122,11 +122,14 @@ async def cmd_import(memory: MemoryStream, args: argparse.Namespace) -> int:
     memory.auto_reflect = False
     # A run interrupted (or cut off by a model outage) left lines pending: finish all of them first.
     await _finish_pending(memory)
-    stored = 0
+    stored = already = 0
     waiting: list[int] = []
     chunk = 256
     for start in range(0, len(lines), chunk):
         part = lines[start:start + chunk]
+        known = await memory.store.find_messages([(o.stream, o.source.message_id) for o in part
+                                                  if o.source.message_id])
+        already += sum(1 for o in part if o.source.message_id and (o.stream, o.source.message_id) in known)
         memories = await memory.observe_many(part)
         stored += sum(1 for m in memories if m.status == "ready")
         waiting += [m.id for m in memories if m.status == "pending"]
@@ -140,7 +143,9 @@ async def cmd_import(memory: MemoryStream, args: argparse.Namespace) -> int:
     pending = len(lines) - stored
     left = (await memory.store.pending_state())["pending"]  # of this file and of earlier runs
     due = await memory.due_streams()
-    summary = [f"imported {len(lines)} {history.format} message(s): {stored} ready, {pending} pending"
+    new = len(lines) - already
+    summary = [f"read {len(lines)} {history.format} message(s): {new} new, {already} already imported; "
+               f"{stored} ready, {pending} pending"
                + (f", {history.skipped} skipped (bots, joins, pins, empty)" if history.skipped else "")]
     if due:
         summary.append(f"due for reflection: {', '.join(due)} (run: memstream reflect --stream KEY, or import "
@@ -149,7 +154,8 @@ async def cmd_import(memory: MemoryStream, args: argparse.Namespace) -> int:
         why = f" ({memory.last_model_error})" if memory.last_model_error is not None else ""
         summary.append(f"{left} memory(ies) pending: the model server failed{why}; they are kept, and the same "
                        "import run again (or the bot) completes them once the server is back")
-    _emit(args, {"format": history.format, "observations": len(lines), "skipped": history.skipped,
+    _emit(args, {"format": history.format, "observations": len(lines), "new": new, "already_imported": already,
+                 "skipped": history.skipped,
                  "ready": stored, "pending": pending, "pending_total": left, "due_for_reflection": due,
                  "error": None if memory.last_model_error is None or not left else str(memory.last_model_error)},
           summary)
@@ -238,18 +244,30 @@ async def cmd_forget(memory: MemoryStream, args: argparse.Namespace) -> int:
               [f"stream {stream}: {removed} memory(ies) forgotten", *_scrub_lines(memory)])
         return 0
     gone: list[int] = []
+    missing: list[int] = []
     if args.author:
         for key in [stream] if stream is not None else await memory.store.streams():
             gone += await memory.forget_author(key, args.author)
     elif args.message:
         gone = await memory.forget_messages(args.message)
     else:
-        gone = await memory.forget(args.memory_ids, stream=stream)
+        found = await memory.store.get_many(sorted(set(args.memory_ids)))
+        missing = [i for i in dict.fromkeys(args.memory_ids)
+                   if i not in found or (stream is not None and found[i].stream != stream)]
+        present = [i for i in args.memory_ids if i not in missing]
+        gone = await memory.forget(present, stream=stream) if present else []
     done = f"forgotten: {len(gone)} memory(ies), with the insights and replies built on them"
-    if memory.scrubbed:
+    if memory.scrubbed and gone:
         done += "; no copy of their text is left in the database file"
-    _emit(args, {"forgotten": gone, "scrubbed": memory.scrubbed}, [done, *_scrub_lines(memory)])
-    return 0
+    lines = [done, *_scrub_lines(memory)]
+    if missing:
+        where = f" in stream {stream}" if stream is not None else ""
+        lines.append(f"no memory {', '.join(f'#{i}' for i in missing)}{where}: nothing was forgotten for "
+                     f"{'it' if len(missing) == 1 else 'them'} (check the numbers with recall or /memories)")
+    elif not gone:
+        lines.append("nothing matched: no memory was forgotten")
+    _emit(args, {"forgotten": gone, "not_found": missing, "scrubbed": memory.scrubbed}, lines)
+    return EXIT_BAD_INPUT if missing else 0
 
 
 def _scrub_lines(memory: MemoryStream) -> list[str]:
@@ -266,12 +284,15 @@ async def cmd_stats(memory: MemoryStream, args: argparse.Namespace) -> int:
     stream = args.stream if args.stream_given else None
     data = await memory.stats(stream)
     data["streams"] = await memory.store.streams()
+    data["database"] = _absolute(memory.store.path)
     hist = data["histogram"]
-    lines = [f"streams: {', '.join(data['streams']) or '(none)'}",
+    lines = [f"database: {data['database']}",
+             f"streams: {', '.join(data['streams']) or '(none)'}",
              f"observations {data['observations']}, reflections {data['reflections']}, "
              f"pending {data['pending']} ({data['failed_attempts']} failed attempt(s), next retry "
              f"{data['next_retry_at'] or 'now'}), fallback ratings {data['fallback']}",
-             "importance: " + " ".join(f"{k}:{v}" for k, v in hist.items())]
+             f"importance of the {sum(hist.values())} rated memories (observations and reflections; pending ones "
+             "are not rated yet):", *histogram_lines(hist)]
     if stream is not None:
         lines.append(f"towards next reflection: {data['importance_since_reflection']}/"
                      f"{data['reflection_threshold']} (reflections run {data['reflections_run']}, "
@@ -284,6 +305,23 @@ async def cmd_stats(memory: MemoryStream, args: argparse.Namespace) -> int:
         lines.append("faults: " + ", ".join(f"{kind.replace('_', ' ')} {n}" for kind, n in data["faults"].items()))
     _emit(args, data, lines)
     return 0
+
+
+def _absolute(path: str) -> str:
+    return path if path == ":memory:" else os.path.abspath(path)
+
+
+def histogram_lines(counts: dict[str, int], width: int = 40) -> list[str]:
+    """One bar per importance, scaled to the largest count (a count above zero shows at least a sliver)."""
+    top = max(counts.values(), default=0)
+    lines = []
+    for key, n in counts.items():
+        cells = 0 if top == 0 else n * width * 8 // top
+        bar = "█" * (cells // 8) + ("" if cells % 8 == 0 else chr(0x2590 - cells % 8))
+        if n and not bar:
+            bar = "▏"
+        lines.append(f"  {key:>2} {bar:<{width}} {n}")
+    return lines
 
 
 async def cmd_chat(memory: MemoryStream, args: argparse.Namespace) -> int:

@@ -203,6 +203,8 @@ class MemoryStream:
             _check_importance(item.importance)
             if not isinstance(item.text, str):
                 raise ConfigError(f"observation text must be a string, got {type(item.text).__name__}")
+            if not item.text.strip():
+                raise ConfigError("an observation needs some text: it is empty or only white space")
             try:
                 check_text(item.text, "observation text")
                 if item.at is not None:

@@ -228,3 +228,62 @@ async def test_an_import_survives_a_model_outage_and_a_rerun_completes_everythin
         conn.close()
     finally:
         await server.stop()
+
+
+async def test_reimporting_says_what_was_already_there(tmp_path: Path, server: FakeOpenAIServer,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    persona = str(_persona(tmp_path, server.base_url))
+    good = tmp_path / "good.jsonl"
+    good.write_text("".join(json.dumps({"text": f"note {i}", "at": "2023-01-01T00:00:00Z", "importance": 2}) + "\n"
+                            for i in range(4)))
+    assert await _cli("import", str(good), "--persona", persona) == 0
+    assert "4 new, 0 already imported" in capsys.readouterr().out
+    assert await _cli("import", str(good), "--persona", persona, "--json") == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["new"], report["already_imported"]) == (0, 4)
+
+
+async def test_forget_of_an_id_that_does_not_exist_says_so_and_fails(tmp_path: Path, server: FakeOpenAIServer,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    persona = str(_persona(tmp_path, server.base_url))
+    assert await _cli("observe", "a real memory", "--importance", "3", "--persona", persona, "--json") == 0
+    real = json.loads(capsys.readouterr().out)["id"]
+    assert await _cli("forget", "99999", "--persona", persona) == 2
+    out = capsys.readouterr().out
+    assert "forgotten: 0 memory(ies)" in out and "no memory #99999" in out
+    assert await _cli("forget", str(real), "99998", "--persona", persona, "--json") == 2
+    report = json.loads(capsys.readouterr().out)
+    assert report["forgotten"] == [real] and report["not_found"] == [99998]
+    assert await _cli("forget", str(real), "--persona", persona) == 2  # gone now: not found, not "forgotten: 1"
+
+
+@pytest.mark.parametrize("text", ["", "   ", "\n\t "])
+async def test_observe_refuses_empty_text(tmp_path: Path, server: FakeOpenAIServer,
+                                          capsys: pytest.CaptureFixture[str], text: str) -> None:
+    persona = str(_persona(tmp_path, server.base_url))
+    assert await _cli("observe", text, "--persona", persona) == 2
+    assert "needs some text" in capsys.readouterr().err
+    assert await _cli("stats", "--persona", persona, "--json") == 0
+    assert json.loads(capsys.readouterr().out)["observations"] == 0
+
+
+def test_the_histogram_is_drawn_as_bars() -> None:
+    from memstream.cli import histogram_lines
+
+    lines = histogram_lines({"1": 10, "2": 5, "3": 0, "4": 1}, width=20)
+    assert lines[0] == "   1 " + "\u2588" * 20 + " 10"
+    assert lines[1] == "   2 " + "\u2588" * 10 + " " * 10 + " 5"
+    assert lines[2] == "   3 " + " " * 20 + " 0"
+    assert lines[3].startswith("   4 \u2588\u2588") and lines[3].endswith(" 1")  # 1/10 of 20 cells: 2
+
+
+async def test_stats_names_the_database_and_what_the_histogram_counts(tmp_path: Path, server: FakeOpenAIServer,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    persona = str(_persona(tmp_path, server.base_url))
+    assert await _cli("observe", "hello there", "--importance", "7", "--persona", persona) == 0
+    capsys.readouterr()
+    assert await _cli("stats", "--persona", persona) == 0
+    out = capsys.readouterr().out
+    assert f"database: {(tmp_path / 'isabella.db').resolve()}" in out
+    assert "observations and reflections" in out
+    assert "   7 " + "\u2588" * 40 + " 1" in out

@@ -8,10 +8,11 @@ import asyncio
 import re
 import unicodedata
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memstream import MemoryStream, Observation, RoleModel, Source, Store, StreamConfig
+from memstream import ConfigError, MemoryStream, Observation, RoleModel, Source, Store, StreamConfig
 from memstream.prompts import load_prompt, one_line, tag_safe
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
 from tests.memstream.helpers import AGENT, INSIGHTS, QUESTIONS, RATER
@@ -75,6 +76,11 @@ async def _check(text: str) -> None:
     try:
         await memory.observe_many([Observation(t, STREAM) for t in ("the oven broke", "Klaus came by")])
         clock.advance(minutes=1)
+        if not text.strip():  # empty or only white space: refused, nothing stored (a clear error)
+            with pytest.raises(ConfigError, match="needs some text"):
+                await memory.observe_many([Observation(text, STREAM, source=Source(message_id="hostile"))])
+            assert await store.find_message(STREAM, "hostile") is None
+            return
         [stored] = await memory.observe_many([Observation(text, STREAM, source=Source(message_id="hostile"))])
         # intact
         assert stored.status == "ready" and (await memory.get(stored.id)).text == text
