@@ -233,8 +233,9 @@ async def _replay(lines: Sequence[EvalLine], config: StreamConfig, embedder: Emb
                 if line is None:
                     break
                 clock.moment = line.at
-                k = max(ks)
-                found = await (memory.retrieve if touch else memory.explain)(line.text, stream=line.stream, k=k)
+                found = await memory.explain(line.text, stream=line.stream, k=max(ks))
+                if touch:  # what a live persona marks as used: its own k, whatever cut-offs are reported
+                    await memory.retrieve(line.text, stream=line.stream, k=config.k)
                 ranked = [keys.get(item.memory.id, "") for item in found]
                 overall.add(ranked, line.expect, ks)
                 per_label.setdefault(line.label, _Score()).add(ranked, line.expect, ks)

@@ -79,3 +79,26 @@ def test_bad_eval_files_name_the_line(tmp_path: Path) -> None:
         read_eval(path)
     text = str(caught.value)
     assert "bad.jsonl:2" in text and "bad.jsonl:4" in text and "missing" in text
+
+
+async def test_touch_marks_the_persona_k_whatever_cut_offs_are_reported(tmp_path: Path) -> None:
+    # Query 1 ranks A, B first and C..J next. Touching its top 10 (the largest cut-off) instead of the persona's
+    # k (2) would give C..J the recency that makes them beat K, L in query 2: hit@2 must not depend on ks.
+    early = "2023-03-01T00:00:00Z"
+    names = ["A", "B", *"CDEFGHIJ", "K", "L"]
+    lines = [_observation(n, f"memory {n}", early) for n in names]  # ties go to the higher id: K, L
+    lines += [_query("question one", "2023-03-10T00:00:00Z", ["A", "B"], "one"),
+              _query("question two", "2023-03-10T01:00:00Z", ["K", "L"], "two")]
+    path = _write(tmp_path / "eval.jsonl", lines)
+    vectors = {"memory A": e0(), "memory B": e0(), "memory K": cosine_vector(0.0, axis=2),
+               "memory L": cosine_vector(0.0, axis=2), "question one": e0(), "question two": cosine_vector(0.0, axis=2)}
+    vectors.update({f"memory {n}": cosine_vector(0.8, axis=2) for n in "CDEFGHIJ"})
+
+    async def run(ks: tuple[int, ...]) -> dict[str, float]:
+        report = await evaluate(read_eval(path), config=StreamConfig(k=2), embedder=FakeEmbedder(dim=3, fixed=vectors),
+                                chat=ScriptedChat(), rater_model="r", profiles=["spec"], ks=ks)
+        return dict(report["spec"]["labels"]["two"])
+
+    alone, with_ten = await run((2,)), await run((2, 10))
+    assert alone["hit@2"] == 1.0  # the persona's own k touched only A and B
+    assert with_ten["hit@2"] == alone["hit@2"] and with_ten["recall@2"] == alone["recall@2"]
