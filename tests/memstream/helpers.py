@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import math
 import re
+import subprocess
+import sys
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from pathlib import Path
 
 from memstream.records import ScoredMemory
 from memstream.retrieve import RetrieverLike
@@ -67,3 +70,25 @@ class CountingRetriever:
         assert self.inner is not None, "wire CountingRetriever.inner to the stream's retriever"
         self.calls.append((query, stream))
         return await self.inner.retrieve(query, stream=stream, k=k, at=at)
+
+
+class OtherProcess:
+    """Another process holding a transaction open on a database file (a read, or the write lock) until
+    `release()`: what a second memstream process, or an outside tool, does to ours."""
+
+    def __init__(self, db: Path, *, write: bool = False) -> None:
+        hold = ("c.execute('BEGIN IMMEDIATE')" if write else
+                "c.execute('BEGIN'); c.execute('SELECT COUNT(*) FROM memories').fetchone()")
+        script = (f"import sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None); {hold}; "
+                  "print('holding', flush=True); sys.stdin.readline(); c.execute('COMMIT')")
+        self.proc = subprocess.Popen([sys.executable, "-c", script, str(db)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "holding"
+
+    def release(self) -> None:
+        """End the transaction and the process."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("\n")
+        self.proc.stdin.close()
+        self.proc.wait(timeout=10)
+        self.proc.stdout.close()

@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,28 +15,8 @@ from memstream import MemoryStream, Observation, RoleModel, Source, Store, Strea
 from memstream.store import all_migrations
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
 from tests.fakes.openai_server import FakeOpenAIServer
-from tests.memstream.helpers import AGENT
+from tests.memstream.helpers import AGENT, OtherProcess
 from tests.memstream.test_privacy import leftovers
-
-
-class _Reader:
-    """Another process holding a read transaction open on a database file until closed."""
-
-    def __init__(self, db: Path) -> None:
-        script = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('BEGIN'); "
-                  "c.execute('SELECT COUNT(*) FROM memories').fetchone(); print('reading', flush=True); "
-                  "sys.stdin.readline()")
-        self.proc = subprocess.Popen([sys.executable, "-c", script, str(db)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
-        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "reading"
-
-    def close(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write("\n")
-        self.proc.stdin.close()
-        self.proc.wait(timeout=10)
-        assert self.proc.stdout is not None
-        self.proc.stdout.close()
 
 
 def _memory(store: Store) -> MemoryStream:
@@ -118,7 +97,7 @@ async def test_forget_beside_an_open_reader_says_what_is_left_and_finishes_later
         memory = _memory(store)
         doomed = await memory.observe(f"Klaus: {secret}", stream="guild:1")
         await memory.observe("Maria: tea", stream="guild:1")
-    reader = _Reader(db)  # another process in the middle of a read
+    reader = OtherProcess(db)  # another process in the middle of a read
     try:
         async with await Store.open(db) as store:
             memory = _memory(store)
@@ -127,7 +106,7 @@ async def test_forget_beside_an_open_reader_says_what_is_left_and_finishes_later
             assert leftovers(db, secret)  # and indeed the log still holds a copy
             assert await store.get_meta("scrub_pending_since") is not None
     finally:
-        reader.close()
+        reader.release()
     async with await Store.open(db) as store:  # the next open finishes the scrub
         assert await store.get_meta("scrub_pending_since") is None
     assert leftovers(db, secret) == []
@@ -148,14 +127,14 @@ async def test_the_forget_command_tells_the_truth_beside_a_reader(tmp_path: Path
 
         assert await run("observe", f"Klaus: {secret}", "--json") == 0
         memory_id = json.loads(capsys.readouterr().out)["id"]
-        reader = _Reader(db)
+        reader = OtherProcess(db)
         try:
             assert await run("forget", str(memory_id)) == 0
             out = capsys.readouterr().out
             assert "no copy of their text is left" not in out
             assert "another process is reading" in out and "write-ahead log" in out
         finally:
-            reader.close()
+            reader.release()
         assert await run("stats") == 0  # any later command on the persona finishes the scrub
         capsys.readouterr()
     assert leftovers(db, secret) == []

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,25 +25,7 @@ from memstream import (
 )
 from memstream import store as store_module
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
-
-
-class _Writer:
-    """Another process holding the write lock of a database until released."""
-
-    def __init__(self, db: Path) -> None:
-        script = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
-                  "c.execute('BEGIN IMMEDIATE'); print('locked', flush=True); sys.stdin.readline(); "
-                  "c.execute('COMMIT')")
-        self.proc = subprocess.Popen([sys.executable, "-c", script, str(db)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
-        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "locked"
-
-    def release(self) -> None:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write("\n")
-        self.proc.stdin.close()
-        self.proc.wait(timeout=10)
-        self.proc.stdout.close()
+from tests.memstream.helpers import OtherProcess
 
 
 def _memory(store: Store) -> MemoryStream:
@@ -60,7 +41,7 @@ async def test_a_lock_held_briefly_is_waited_out_and_the_text_stored(tmp_path: P
     db = tmp_path / "p.db"
     async with await Store.open(db) as store:
         await store.conn.execute("PRAGMA busy_timeout=200")  # one attempt waits 0.2 s: the retry loop shows
-        writer = _Writer(db)
+        writer = OtherProcess(db, write=True)
         loop = asyncio.get_running_loop()
         loop.call_later(1.0, writer.release)  # past several busy timeouts, within the lock wait
         stored = await _memory(store).observe("kept despite the lock")
@@ -73,7 +54,7 @@ async def test_a_lock_held_past_the_wait_is_one_clear_error_and_nothing_half_sto
     db = tmp_path / "p.db"
     async with await Store.open(db) as store:
         await store.conn.execute("PRAGMA busy_timeout=100")
-        writer = _Writer(db)
+        writer = OtherProcess(db, write=True)
         try:
             with pytest.raises(StoreLocked) as info:
                 await _memory(store).observe("this one is not stored")
@@ -98,7 +79,7 @@ def test_the_command_line_says_locked_in_one_line(tmp_path: Path, monkeypatch: p
                        '[models]\nbase_url = "http://127.0.0.1:9/v1"\n', encoding="utf-8")
     assert cli.main(["stats", "--persona", str(persona)]) == 0
     capsys.readouterr()
-    writer = _Writer(db)
+    writer = OtherProcess(db, write=True)
     try:
         code = cli.main(["observe", "hello", "--importance", "3", "--persona", str(persona)])
     finally:
