@@ -23,7 +23,7 @@ from memstream import ConfigError, MemoryStream, MemstreamError, load_persona
 from memstream.exits import exit_status
 from memstream.terminal import visible
 
-__all__ = ["main", "run", "settle_memory"]
+__all__ = ["configure_logging", "main", "run", "settle_memory"]
 
 log = logging.getLogger("bot")
 SETTLE_SECONDS = 30.0
@@ -37,6 +37,20 @@ async def settle_memory(bot: PersonaBot, delay: float = SETTLE_SECONDS) -> None:
     await asyncio.sleep(delay)
     gc.collect()
     gc.freeze()
+
+
+def configure_logging(*, verbose: bool) -> None:
+    """The bot's one logging default, whether started as `memstream bot` or `python -m bot`: start-up facts,
+    warnings (one line per fault: a rating fallback, a dropped insight, a pending retry) and errors at INFO;
+    message text never (only -v, DEBUG, has discord.py log gateway payloads)."""
+    level = logging.DEBUG if verbose else logging.INFO
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(level)  # also when the command line configured logging first
+    # aiosqlite logs every statement with its values (message text) at DEBUG: never wanted in a log file.
+    logging.getLogger("aiosqlite").setLevel(logging.INFO)
+    if not verbose:  # an INFO line per model request and per client retry: dozens a second under load
+        for name in ("httpx", "httpx2", "openai"):  # (failures are logged once by memstream, counted in stats)
+            logging.getLogger(name).setLevel(logging.WARNING)
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -73,13 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--db", type=Path, help="use this database file instead of the persona's")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # aiosqlite logs every statement with its values (message text) at DEBUG: never wanted in a log file.
-    logging.getLogger("aiosqlite").setLevel(logging.INFO)
-    if not args.verbose:  # an INFO line per model request and per client retry: dozens a second under load
-        for name in ("httpx2", "openai"):  # (failures are logged once, by memstream, and counted in stats)
-            logging.getLogger(name).setLevel(logging.WARNING)
+    configure_logging(verbose=args.verbose)
     try:
         return asyncio.run(run(args))
     except MemstreamError as exc:

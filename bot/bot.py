@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import logging
+import re
 
 import discord
 from discord import app_commands
 from discord.ext import commands
 
 from bot.scheduler import ReflectionScheduler
-from memstream import MemoryStream, MemstreamError, PersonaConfig
+from memstream import MemoryNotFound, MemoryStream, MemstreamError, PersonaConfig
 
 __all__ = ["COGS", "PersonaBot", "stream_key"]
 
 log = logging.getLogger("bot")
 COGS = ("bot.cogs.observe", "bot.cogs.chat", "bot.cogs.memory")
+# A stream key in an error text ("in stream 'guild:2100'"): shown to people as "in this server".
+_STREAM_NAME = re.compile(r"in stream '?(?:guild|dm):\d+'?")
 
 
 def stream_key(guild_id: int | None, user_id: int) -> str:
@@ -118,8 +121,11 @@ class PersonaBot(commands.Bot):
                                    error: app_commands.AppCommandError) -> None:
         """One place for command errors: ours become a friendly ephemeral reply, the rest is logged."""
         cause = error.original if isinstance(error, app_commands.CommandInvokeError) else error
-        if isinstance(cause, MemstreamError):
-            text = f"Sorry: {cause}"
+        place = "this server" if interaction.guild is not None else "this conversation"
+        if isinstance(cause, MemoryNotFound) and cause.memory_id is not None:
+            text = f"Sorry: there is no memory #{cause.memory_id} in {place}."
+        elif isinstance(cause, MemstreamError):  # never an internal name such as a stream key
+            text = "Sorry: " + _STREAM_NAME.sub(f"in {place}", str(cause))
         elif isinstance(cause, app_commands.CheckFailure):
             text = str(cause) or "You are not allowed to do that here."
         else:

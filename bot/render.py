@@ -27,7 +27,11 @@ def split_message(text: str, limit: int = LIMIT) -> list[str]:
             parts.append(opener + rest)  # the rest fits: as it is (a fence the text leaves open stays open)
             break
         cut = _cut(rest, budget)
-        piece, rest = opener + rest[:cut], rest[cut:].lstrip("\n") if rest[cut:cut + 1] == "\n" else rest[cut:]
+        piece, rest = opener + rest[:cut], rest[cut:]
+        if rest[:1] == "\n":
+            rest = rest.lstrip("\n")
+        elif rest[:1] == " ":  # cut at a word end: the space becomes the break, it starts no part
+            rest = rest[1:]
         still_open = _open_fence(piece)
         if still_open is not None:
             piece = piece.rstrip("\n") + "\n" + FENCE

@@ -425,6 +425,7 @@ def _ranges(ids: Sequence[str]) -> str:
 async def cmd_bot(args: argparse.Namespace) -> int:
     """Run the Discord bot (the `bot` package, kept out of the core)."""
     runner = importlib.import_module("bot.__main__")
+    runner.configure_logging(verbose=args.verbose)  # the same default as `python -m bot`
     result: int = await runner.run(args)
     return result
 

@@ -61,6 +61,10 @@ class SchemaTooNew(MigrationError):
 class MemoryNotFound(StoreError):
     """No memory with that id (in that stream)."""
 
+    def __init__(self, message: str, *, memory_id: int | None = None) -> None:
+        super().__init__(message)
+        self.memory_id = memory_id
+
 
 class StoreLocked(StoreError):
     """Another process held the database's lock for longer than the store waits (LOCK_WAIT_SECONDS)."""

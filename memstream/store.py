@@ -749,7 +749,7 @@ class Store:
             row = await cur.fetchone()
         if row is None or (stream is not None and row[1] != stream):
             where = f" in stream {stream!r}" if stream is not None else ""
-            raise MemoryNotFound(f"no memory #{memory_id}{where}")
+            raise MemoryNotFound(f"no memory #{memory_id}{where}", memory_id=memory_id)
         return _memory(row)
 
     async def get_many(self, ids: Sequence[int]) -> dict[int, Memory]:

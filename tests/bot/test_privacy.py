@@ -60,6 +60,8 @@ async def test_every_command_only_ever_shows_the_server_it_is_used_in(world: Wor
         outputs += [m.content for m in await record.wait_done()]
     shown = "\n".join(outputs)
     assert "OTHERNOTE" in shown and f"no memory #{town_id}" in shown.lower().replace("there is ", "")
+    assert f"no memory #{town_id} in this server" in shown  # said plainly, no internal stream name
+    assert "guild:" not in shown and "stream '" not in shown
     assert "TOWNSECRET" not in shown and "DMSECRET" not in shown and "cardamom" not in shown
     assert (await world.memory.get(town_id)).text.endswith("cardamom")  # the other server's manager forgot nothing
     prompts = "\n".join(r.prompt for r in world.openai.chat_requests if "OTHERNOTE" in r.prompt)

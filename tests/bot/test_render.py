@@ -47,3 +47,13 @@ def test_parts_always_fit_and_keep_fences_balanced(pieces: list[str]) -> None:
     if text.count("```") % 2 == 0:
         assert all(p.count("```") % 2 == 0 for p in parts)
     assert "".join(_unfenced(parts).split()) == "".join(text.split())
+
+
+def test_a_code_block_cut_at_a_space_starts_its_next_part_without_a_stray_space() -> None:
+    code = " ".join(f"token{i}" for i in range(600))  # one long line: the cut falls on a space
+    parts = split_message("```\n" + code + "\n```")
+    assert len(parts) >= 2
+    for part in parts[1:]:
+        assert part.startswith("```\n") and not part.startswith("```\n ")
+    prose = split_message(" ".join(["word"] * 900))
+    assert len(prose) >= 2 and not any(part.startswith(" ") for part in prose)

@@ -287,3 +287,22 @@ async def test_stats_names_the_database_and_what_the_histogram_counts(tmp_path: 
     assert f"database: {(tmp_path / 'isabella.db').resolve()}" in out
     assert "observations and reflections" in out
     assert "   7 " + "\u2588" * 40 + " 1" in out
+
+
+def test_memstream_bot_logs_warnings_and_start_up_facts_like_python_m_bot(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import logging
+
+    persona = tmp_path / "p.toml"
+    persona.write_text('[persona]\nname = "I"\nsummary = "S"\n', encoding="utf-8")
+    monkeypatch.delenv("DISCORD_TOKEN", raising=False)
+    root = logging.getLogger()
+    before = root.level
+    try:
+        assert main(["bot", "--persona", str(persona)]) == 2  # no token: one line, after logging is set up
+        assert "DISCORD_TOKEN is not set" in capsys.readouterr().err
+        assert root.level == logging.INFO  # not ERROR: the one warning line per fault shows
+        assert logging.getLogger("aiosqlite").getEffectiveLevel() >= logging.INFO  # statements: never
+        assert logging.getLogger("openai").getEffectiveLevel() == logging.WARNING
+    finally:
+        root.setLevel(before)
