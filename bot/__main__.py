@@ -16,9 +16,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import aiohttp
 import discord
 
-from bot.bot import PersonaBot
+from bot.bot import OneLineReconnects, PersonaBot
 from memstream import ConfigError, MemoryStream, MemstreamError, load_persona
 from memstream.exits import exit_status
 from memstream.terminal import visible
@@ -48,9 +49,30 @@ def configure_logging(*, verbose: bool) -> None:
     logging.getLogger().setLevel(level)  # also when the command line configured logging first
     # aiosqlite logs every statement with its values (message text) at DEBUG: never wanted in a log file.
     logging.getLogger("aiosqlite").setLevel(logging.INFO)
+    client = logging.getLogger("discord.client")
+    if not any(isinstance(f, OneLineReconnects) for f in client.filters):
+        client.addFilter(OneLineReconnects())
     if not verbose:  # an INFO line per model request and per client retry: dozens a second under load
         for name in ("httpx", "httpx2", "openai"):  # (failures are logged once by memstream, counted in stats)
             logging.getLogger(name).setLevel(logging.WARNING)
+
+
+# An unreachable Discord at start (DNS, connection refused) is tried again after LOGIN_RETRY seconds, doubling
+# up to LOGIN_RETRY_CAP, with one line per attempt; once logged in, discord.py reconnects by itself.
+LOGIN_RETRY, LOGIN_RETRY_CAP = 5.0, 300.0
+
+
+async def login(bot: PersonaBot, token: str) -> None:
+    """Log in, waiting out a Discord that cannot be reached (a rejected token is raised at once)."""
+    delay = LOGIN_RETRY
+    while True:
+        try:
+            await bot.login(token)
+            return
+        except (TimeoutError, OSError, aiohttp.ClientConnectionError) as exc:
+            log.warning("Discord unreachable (%s: %s); trying again in %.0f s", type(exc).__name__, exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(LOGIN_RETRY_CAP, delay * 2)
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -67,7 +89,8 @@ async def run(args: argparse.Namespace) -> int:
         settling = asyncio.create_task(settle_memory(bot))
         try:
             async with bot:
-                await bot.start(token)
+                await login(bot, token)
+                await bot.connect(reconnect=True)
         except discord.PrivilegedIntentsRequired as exc:
             raise ConfigError("Discord refused the MESSAGE CONTENT intent: enable it under Bot > Privileged "
                               "Gateway Intents in the Developer Portal") from exc

@@ -12,7 +12,7 @@ from discord.ext import commands
 from bot.scheduler import ReflectionScheduler
 from memstream import MemoryNotFound, MemoryStream, MemstreamError, PersonaConfig
 
-__all__ = ["COGS", "PersonaBot", "stream_key"]
+__all__ = ["COGS", "OneLineReconnects", "PersonaBot", "invite_url", "stream_key"]
 
 log = logging.getLogger("bot")
 COGS = ("bot.cogs.observe", "bot.cogs.chat", "bot.cogs.memory")
@@ -23,6 +23,27 @@ _STREAM_NAME = re.compile(r"in stream '?(?:guild|dm):\d+'?")
 def stream_key(guild_id: int | None, user_id: int) -> str:
     """The memory stream of a server, or of a direct-message conversation."""
     return f"guild:{guild_id}" if guild_id is not None else f"dm:{user_id}"
+
+
+def invite_url(client_id: int) -> str:
+    """The link that adds the persona to a server: the bot and its slash commands, with the permissions it
+    uses (view channels, read history, send messages and threads' messages)."""
+    permissions = discord.Permissions(view_channel=True, read_message_history=True, send_messages=True,
+                                      send_messages_in_threads=True)
+    return (f"https://discord.com/oauth2/authorize?client_id={client_id}&scope=bot+applications.commands"
+            f"&permissions={permissions.value}")
+
+
+class OneLineReconnects(logging.Filter):
+    """discord.py logs every reconnect attempt with a full traceback; an outage would fill the log. This makes
+    each attempt one warning line: what failed, and the delay before the next try."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and str(record.msg).startswith("Attempting a reconnect"):
+            exc = record.exc_info[1]
+            record.msg = f"Discord unreachable ({type(exc).__name__}: {exc}); " + str(record.msg).lower()
+            record.exc_info, record.exc_text, record.levelno, record.levelname = None, None, logging.WARNING, "WARNING"
+        return True
 
 
 def intents() -> discord.Intents:
@@ -60,6 +81,7 @@ class PersonaBot(commands.Bot):
         self._synced: set[int] = set()
         self._channels: dict[int, object] = {}
         self.damaged: set[str] = set()  # streams whose damaged storage was reported (once each)
+        self._announced = False
 
     def report_damage(self, stream: str, exc: MemstreamError) -> None:
         """Log damaged storage once per stream; the bot goes on serving the streams it can read."""
@@ -89,6 +111,16 @@ class PersonaBot(commands.Bot):
         self.tree.copy_global_to(guild=guild)
         await self.tree.sync(guild=guild)
         self._synced.add(guild_id)
+
+    async def on_ready(self) -> None:
+        """One start-up line: who is online, where, and how to invite it (again after a reconnect's resume)."""
+        if self._announced or self.user is None:
+            return
+        self._announced = True
+        servers = ", ".join(f"{g.name} ({g.id})" for g in self.guilds[:10]) + (", ..." if len(self.guilds) > 10
+                                                                                 else "")
+        log.info("%s is online as %s (id %s) in %d server(s): %s; invite: %s", self.persona.name, self.user,
+                 self.user.id, len(self.guilds), servers or "none yet", invite_url(self.user.id))
 
     async def on_guild_available(self, guild: discord.Guild) -> None:
         """With no servers configured, sync to each server the persona is in, once per process."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,56 @@ async def test_a_due_reflection_survives_a_restart(tmp_path: Path, monkeypatch: 
             await until(reflected, "the reflection after the restart")
             assert sum(QUESTIONS in r.prompt for r in openai.chat_requests) == 1
             assert await memory.importance_total(stream) == 0
+
+
+async def test_the_bot_says_in_one_line_who_is_online_where_and_how_to_invite_it(
+        world: World, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="bot")
+    world.bot._announced = False  # the line was logged at start-up, before this test could capture it
+    await world.bot.on_ready()
+    [line] = [r.getMessage() for r in caplog.records if "is online as" in r.getMessage()]
+    assert world.bot.persona.name in line and str(world.fake.bot_user.id) in line
+    assert "Smallville" in line and "Elsewhere" in line and "2 server(s)" in line
+    assert f"client_id={world.fake.bot_user.id}" in line and "scope=bot+applications.commands" in line
+
+
+def test_each_reconnect_attempt_is_one_warning_line(caplog: pytest.LogCaptureFixture) -> None:
+    from bot.__main__ import configure_logging
+
+    root = logging.getLogger()
+    before = root.level
+    try:
+        configure_logging(verbose=False)
+        caplog.set_level(logging.INFO, logger="discord.client")
+        try:
+            raise OSError(111, "Connect call failed ('162.159.135.232', 443)")
+        except OSError:
+            logging.getLogger("discord.client").exception("Attempting a reconnect in %.2fs", 2.5)
+    finally:
+        root.setLevel(before)
+    [record] = [r for r in caplog.records if r.name == "discord.client"]
+    assert record.levelname == "WARNING" and record.exc_info is None
+    text = caplog.text
+    assert "Traceback" not in text and "reconnect in 2.50s" in text
+    assert "Discord unreachable (ConnectionRefusedError" in text
+
+
+async def test_an_unreachable_discord_at_start_is_one_line_per_try(monkeypatch: pytest.MonkeyPatch,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    import bot.__main__ as runner
+
+    monkeypatch.setattr(runner, "LOGIN_RETRY", 0.01)
+    tries: list[str] = []
+
+    class Unreachable:
+        async def login(self, token: str) -> None:
+            tries.append(token)
+            if len(tries) < 3:
+                raise OSError(-2, "Name or service not known")
+
+    caplog.set_level(logging.WARNING, logger="bot")
+    await runner.login(Unreachable(), "token")  # type: ignore[arg-type]
+    assert len(tries) == 3
+    lines = [r.getMessage() for r in caplog.records if r.name == "bot"]
+    assert len(lines) == 2 and all("Discord unreachable" in line and "trying again in" in line for line in lines)
+    assert not any(r.exc_info for r in caplog.records)
