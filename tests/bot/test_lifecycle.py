@@ -133,8 +133,8 @@ async def test_the_bot_says_in_one_line_who_is_online_where_and_how_to_invite_it
 def test_each_reconnect_attempt_is_one_warning_line(caplog: pytest.LogCaptureFixture) -> None:
     from bot.__main__ import configure_logging
 
-    root = logging.getLogger()
-    before = root.level
+    names = ["", "aiosqlite", "httpx", "httpx2", "openai"]
+    before = {name: logging.getLogger(name).level for name in names}
     try:
         configure_logging(verbose=False)
         caplog.set_level(logging.INFO, logger="discord.client")
@@ -142,8 +142,9 @@ def test_each_reconnect_attempt_is_one_warning_line(caplog: pytest.LogCaptureFix
             raise OSError(111, "Connect call failed ('162.159.135.232', 443)")
         except OSError:
             logging.getLogger("discord.client").exception("Attempting a reconnect in %.2fs", 2.5)
-    finally:
-        root.setLevel(before)
+    finally:  # leave logging as the other tests expect it
+        for name, level in before.items():
+            logging.getLogger(name).setLevel(level)
     [record] = [r for r in caplog.records if r.name == "discord.client"]
     assert record.levelname == "WARNING" and record.exc_info is None
     text = caplog.text

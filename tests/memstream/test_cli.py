@@ -296,13 +296,15 @@ def test_memstream_bot_logs_warnings_and_start_up_facts_like_python_m_bot(
     persona = tmp_path / "p.toml"
     persona.write_text('[persona]\nname = "I"\nsummary = "S"\n', encoding="utf-8")
     monkeypatch.delenv("DISCORD_TOKEN", raising=False)
+    names = ["", "aiosqlite", "httpx", "httpx2", "openai"]
+    before = {name: logging.getLogger(name).level for name in names}
     root = logging.getLogger()
-    before = root.level
     try:
         assert main(["bot", "--persona", str(persona)]) == 2  # no token: one line, after logging is set up
         assert "DISCORD_TOKEN is not set" in capsys.readouterr().err
         assert root.level == logging.INFO  # not ERROR: the one warning line per fault shows
         assert logging.getLogger("aiosqlite").getEffectiveLevel() >= logging.INFO  # statements: never
         assert logging.getLogger("openai").getEffectiveLevel() == logging.WARNING
-    finally:
-        root.setLevel(before)
+    finally:  # leave logging as the other tests expect it
+        for name, level in before.items():
+            logging.getLogger(name).setLevel(level)
