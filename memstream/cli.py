@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import importlib
 import json
 import logging
@@ -191,6 +192,16 @@ def _progress(done: int, total: int, step: int, verb: str = "imported") -> None:
               file=sys.stderr, flush=True)
     elif total >= 1000 and (done == total or done * 10 // total != (done - step) * 10 // total):
         print(f"{verb} {done}/{total} ({100 * done // total}%)", file=sys.stderr, flush=True)
+
+
+async def cmd_memories(memory: MemoryStream, args: argparse.Namespace) -> int:
+    """The most recent memories of a stream, newest first."""
+    found = await memory.store.recent(args.stream, args.limit, include_pending=True)
+    _emit(args, [memory_json(m) for m in found],
+          [f"#{m.id} {m.created_at:%Y-%m-%d %H:%M} UTC {m.kind} (importance {m.importance or '-'}"
+           f"{', pending' if m.status == 'pending' else ''}) {_short(m.text)}" for m in found]
+          or [f"stream {args.stream!r} has no memories yet"])
+    return 0
 
 
 async def cmd_recall(memory: MemoryStream, args: argparse.Namespace) -> int:
@@ -434,11 +445,17 @@ COMMANDS: dict[str, tuple[Callable[[MemoryStream, argparse.Namespace], Coroutine
     # name: (function, needs models)
     "observe": (cmd_observe, True), "import": (cmd_import, True), "recall": (cmd_recall, True),
     "reflect": (cmd_reflect, True), "why": (cmd_why, False), "stats": (cmd_stats, False),
-    "chat": (cmd_chat, True), "forget": (cmd_forget, False),
+    "chat": (cmd_chat, True), "forget": (cmd_forget, False), "memories": (cmd_memories, False),
 }
 
 
 # -- argument parsing ------------------------------------------------------------------------------
+
+
+def _version() -> str:
+    from memstream import __version__
+
+    return __version__
 
 
 def _time(text: str) -> datetime:
@@ -449,16 +466,22 @@ def _time(text: str) -> datetime:
 
 
 def _importance(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if not 1 <= value <= 10:
-        raise argparse.ArgumentTypeError("must be a whole number from 1 to 10")
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to 10, got {text!r}")
     return value
 
 
 def _positive(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {value}")
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
     return value
 
 
@@ -483,7 +506,8 @@ def build_parser() -> argparse.ArgumentParser:
     timed.add_argument("--at", type=_time, help="act at this ISO-8601 time (replays, imports)")
 
     parser = argparse.ArgumentParser(prog="memstream", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=f"memstream {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     p = sub.add_parser("chat", parents=[common, scoped, timed], help="talk to the persona in the terminal",
                        description="Talk to the persona: each line you type is observed and answered.")
     p.add_argument("--as", dest="speaker", default="You", help="your name in the persona's memory")
@@ -501,10 +525,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--importance", type=_importance, help="importance for messages that have none (skips the rater)")
     p.add_argument("--include-bots", action="store_true", help="also import bots' messages (exports)")
     p.add_argument("--reflect", action="store_true", help="reflect whenever a stream crosses the threshold")
+    p = sub.add_parser("memories", parents=[common, scoped], help="the most recent memories of a stream",
+                       description="List a stream's most recent memories, newest first (as /memories does).")
+    p.add_argument("-n", "--limit", type=_positive, default=20, help="how many (default: %(default)s)")
     p = sub.add_parser("recall", parents=[common, scoped, timed], help="rank memories for a query (read-only)",
                        description="Rank every memory for a query with its score parts; touches nothing.")
     p.add_argument("query")
-    p.add_argument("-k", type=_positive, help="how many (default: the persona's k)")
+    p.add_argument("-k", "--k", dest="k", type=_positive, help="how many (default: the persona's k)")
+    p.add_argument("--profile", choices=PROFILES, metavar="PROFILE",
+                   help=f"score with this profile instead of the persona's ({', '.join(PROFILES)})")
     sub.add_parser("reflect", parents=[common, scoped, timed], help="reflect now",
                    description="Run one reflection on a stream now and show the insights with their evidence.")
     p = sub.add_parser("why", parents=[common, scoped], help="the evidence tree of a memory",
@@ -529,7 +558,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.add_argument("--profile", action="append", choices=PROFILES, help="a scoring profile (repeatable; "
                                                                         "default: all)")
-    p.add_argument("--k", action="append", type=int, help="a cut-off (repeatable; default: 5 and 10)")
+    p.add_argument("-k", "--k", dest="k", action="append", type=_positive,
+                   help="a cut-off (repeatable; default: 5 and 10)")
     p.add_argument("--no-touch", action="store_true", help="queries do not update last access")
     p.add_argument("--cache", type=Path, help="model cache file (default: eval-cache.sqlite beside the database)")
     p = sub.add_parser("backup", parents=[common], help="a consistent copy of the database (safe while running)",
@@ -557,6 +587,8 @@ async def _run(args: argparse.Namespace) -> int:
     persona: PersonaConfig = load_persona(args.persona)
     if args.db is not None:
         persona = persona.with_database(args.db)
+    if getattr(args, "profile", None) and args.command == "recall":
+        persona = dataclasses.replace(persona, memory=dataclasses.replace(persona.memory, profile=args.profile))
     if args.command == "backup":
         return await cmd_backup(args, persona)
     if args.command == "eval":
@@ -575,7 +607,11 @@ async def _run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # `memstream` alone: what it can do, not only "COMMAND is required"
+        parser.print_help(sys.stderr)
+        return EXIT_BAD_INPUT
     args.stream_given = getattr(args, "stream", None) is not None
     if hasattr(args, "stream") and args.stream is None:
         args.stream = DEFAULT_STREAM

@@ -308,3 +308,43 @@ def test_memstream_bot_logs_warnings_and_start_up_facts_like_python_m_bot(
     finally:  # leave logging as the other tests expect it
         for name, level in before.items():
             logging.getLogger(name).setLevel(level)
+
+
+def test_version_and_bare_memstream_say_what_there_is(capsys: pytest.CaptureFixture[str]) -> None:
+    import memstream
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0 and capsys.readouterr().out.strip() == f"memstream {memstream.__version__}"
+    assert main([]) == 2
+    err = capsys.readouterr().err
+    for command in ("chat", "observe", "import", "recall", "memories", "forget", "backup", "salvage", "bot"):
+        assert command in err
+
+
+def test_a_bad_number_names_its_option(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["observe", "hi", "--importance", "lots"])
+    err = capsys.readouterr().err
+    assert "argument --importance: must be a whole number from 1 to 10, got 'lots'" in err
+    assert "_importance" not in err
+
+
+async def test_recall_takes_k_either_way_and_a_profile_and_memories_lists(
+        tmp_path: Path, server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]) -> None:
+    persona = str(_persona(tmp_path, server.base_url))
+    for i in range(4):
+        assert await _cli("observe", f"party note {i}", "--importance", str(i + 1), "--persona", persona) == 0
+    capsys.readouterr()
+    assert await _cli("recall", "party", "-k", "2", "--persona", persona, "--json") == 0
+    short = json.loads(capsys.readouterr().out)
+    assert await _cli("recall", "party", "--k", "2", "--persona", persona, "--json") == 0
+    assert json.loads(capsys.readouterr().out) == short and len(short) == 2
+    assert await _cli("recall", "party", "--k", "4", "--profile", "actr", "--persona", persona, "--json") == 0
+    actr = json.loads(capsys.readouterr().out)
+    assert await _cli("recall", "party", "--k", "4", "--persona", persona, "--json") == 0
+    spec = json.loads(capsys.readouterr().out)
+    assert [item["importance"] for item in actr] != [item["importance"] for item in spec]  # another scale
+    assert await _cli("memories", "-n", "3", "--persona", persona) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 3 and lines[0].startswith("#4 ") and "party note 3" in lines[0]
