@@ -87,7 +87,7 @@ def test_a_refused_persona_starts_nothing(tmp_path: Path, monkeypatch: pytest.Mo
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["recall", "x", "-k", "0"], "must be a whole number >= 1"),
-    (["recall", "x", "-k", "many"], "invalid _positive value"),
+    (["recall", "x", "-k", "many"], "argument -k/--k: must be a whole number >= 1, got 'many'"),
     (["recall", "x", "--stream", " "], "must be a non-empty key"),
     (["observe", "x", "--importance", "11"], "must be a whole number from 1 to 10"),
     (["observe", "x", "--at", "next tuesday"], "not an ISO-8601 time"),
