@@ -1,24 +1,36 @@
-# memstream persona bot. Build: docker build -t memstream .
-# Run:   docker run -e DISCORD_TOKEN -e OPENAI_API_KEY -v memstream-data:/data memstream \
-#            memstream bot --persona personas/isabella.toml
-FROM python:3.11-slim
+# memstream persona bot.
+#   docker build -t memstream .
+#   docker run -d --name isabella -e DISCORD_TOKEN -e OPENAI_API_KEY -v isabella-data:/data memstream
+# The persona is chosen with MEMSTREAM_PERSONA (a file under /app/personas, or one you mount).
 
+# -- test stage: install with the test tools and run the suite; the build fails if a test fails ------------
+FROM python:3.11-slim AS test
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY . /src
+RUN pip install -e ".[test]" \
+    && python -m pytest -q -p no:cacheprovider \
+    && pip wheel --no-deps --wheel-dir /wheels .
+
+# -- runtime stage: the package and its runtime dependencies only, no test tools, a non-root user ------------
+FROM python:3.11-slim AS runtime
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    MEMSTREAM_DATA_DIR=/data
-
-RUN useradd --create-home --uid 10001 persona \
+    MEMSTREAM_DATA_DIR=/data \
+    MEMSTREAM_PERSONA=/app/personas/isabella.toml \
+    MEMSTREAM_STATUS_FILE=/tmp/memstream-status
+COPY --from=test /wheels /wheels
+RUN pip install /wheels/*.whl && rm -rf /wheels \
+    && useradd --create-home --uid 10001 persona \
     && mkdir -p /data /app && chown persona:persona /data /app
 WORKDIR /app
-COPY --chown=persona:persona . /app
-
+COPY --chown=persona:persona personas /app/personas
 USER persona
-ENV PATH="/home/persona/.local/bin:${PATH}"
-# The README's two set-up steps: install, then run the tests (the build fails if they fail).
-RUN pip install --user -e ".[test]" \
-    && python -m pytest -q -p no:cacheprovider
-
 VOLUME ["/data"]
-CMD ["memstream", "bot", "--persona", "personas/isabella.toml"]
+# Healthy while the bot's Discord gateway is connected (the bot writes $MEMSTREAM_STATUS_FILE).
+HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 CMD ["python", "-m", "bot.health"]
+# docker stop sends SIGTERM: the bot stores what is queued (5 s at most) and disconnects.
+STOPSIGNAL SIGTERM
+CMD ["memstream", "bot"]

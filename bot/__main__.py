@@ -12,6 +12,7 @@ import contextlib
 import gc
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -75,6 +76,13 @@ async def login(bot: PersonaBot, token: str) -> None:
             delay = min(LOGIN_RETRY_CAP, delay * 2)
 
 
+def stop_on_sigterm(bot: PersonaBot) -> None:
+    """SIGTERM (docker stop, systemd) closes the bot cleanly: queued observations stored, then disconnect."""
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(NotImplementedError, RuntimeError):  # not on Windows, nor outside the main thread
+        loop.add_signal_handler(signal.SIGTERM, lambda: asyncio.ensure_future(bot.close()))
+
+
 async def run(args: argparse.Namespace) -> int:
     """Open the persona's memory, start the bot, and turn Discord's start-up errors into one line."""
     persona = load_persona(args.persona)
@@ -89,6 +97,7 @@ async def run(args: argparse.Namespace) -> int:
         settling = asyncio.create_task(settle_memory(bot))
         try:
             async with bot:
+                stop_on_sigterm(bot)
                 await login(bot, token)
                 await bot.connect(reconnect=True)
         except discord.PrivilegedIntentsRequired as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 
@@ -9,6 +10,7 @@ import discord
 from discord import app_commands
 from discord.ext import commands
 
+from bot.health import write_status
 from bot.scheduler import ReflectionScheduler
 from memstream import MemoryNotFound, MemoryStream, MemstreamError, PersonaConfig
 
@@ -16,6 +18,8 @@ __all__ = ["COGS", "OneLineReconnects", "PersonaBot", "invite_url", "stream_key"
 
 log = logging.getLogger("bot")
 COGS = ("bot.cogs.observe", "bot.cogs.chat", "bot.cogs.memory")
+# How long closing waits for queued observations to be stored (SIGTERM: a container stops within seconds).
+CLOSE_DRAIN_SECONDS = 5.0
 # A stream key in an error text ("in stream 'guild:2100'"): shown to people as "in this server".
 _STREAM_NAME = re.compile(r"in stream '?(?:guild|dm):\d+'?")
 
@@ -112,8 +116,17 @@ class PersonaBot(commands.Bot):
         await self.tree.sync(guild=guild)
         self._synced.add(guild_id)
 
+    async def on_resumed(self) -> None:
+        """The gateway is back: healthy again."""
+        write_status("connected")
+
+    async def on_disconnect(self) -> None:
+        """The gateway dropped (discord.py reconnects by itself): unhealthy until it is back."""
+        write_status("disconnected")
+
     async def on_ready(self) -> None:
         """One start-up line: who is online, where, and how to invite it (again after a reconnect's resume)."""
+        write_status("connected")
         if self._announced or self.user is None:
             return
         self._announced = True
@@ -145,8 +158,15 @@ class PersonaBot(commands.Bot):
         return cached if isinstance(cached, discord.abc.Messageable) else channel
 
     async def close(self) -> None:
-        """Stop the scheduler, then disconnect."""
+        """Stop the scheduler, store what is still queued (a few seconds at most), then disconnect."""
         self.reflections.shutdown()
+        observe = self.get_cog("ObserveCog")
+        if observe is not None and not self.is_closed():
+            try:
+                await asyncio.wait_for(observe.drained(), CLOSE_DRAIN_SECONDS)  # type: ignore[attr-defined]
+            except TimeoutError:
+                log.warning("closing with observations still queued: they were not stored")
+        write_status("stopped")
         await super().close()
 
     async def on_app_command_error(self, interaction: discord.Interaction[discord.Client],

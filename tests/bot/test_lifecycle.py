@@ -171,3 +171,29 @@ async def test_an_unreachable_discord_at_start_is_one_line_per_try(monkeypatch: 
     lines = [r.getMessage() for r in caplog.records if r.name == "bot"]
     assert len(lines) == 2 and all("Discord unreachable" in line and "trying again in" in line for line in lines)
     assert not any(r.exc_info for r in caplog.records)
+
+
+async def test_closing_stores_what_is_queued_and_reports_the_gateway(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bot.health import STATUS_ENV
+
+    status = tmp_path / "status"
+    monkeypatch.setenv(STATUS_ENV, str(status))
+    await world.bot.on_ready()
+    assert status.read_text().startswith("connected")
+    from bot.cogs import observe
+
+    monkeypatch.setattr(observe, "BURST_WINDOW", 1.0)  # the messages wait in the queue when the stop comes
+    cog = world.bot.get_cog("ObserveCog")
+    assert cog is not None
+    sent = [await world.fake.send_message(world.general, world.klaus, f"said just before the stop {i}")
+            for i in range(5)]
+
+    async def queued() -> bool:
+        return len(cog.queue) == 5  # type: ignore[attr-defined]
+
+    await until(queued, "the messages to be queued")
+    await world.bot.close()  # what SIGTERM does
+    for message in sent:
+        assert await world.memory.store.find_message(world.stream(world.town), str(message["id"])) is not None
+    assert not status.read_text().startswith("connected")  # stopped or disconnected: no longer healthy
