@@ -331,7 +331,8 @@ def _discord(section: _Section) -> DiscordConfig:
 def load_persona(path: str | Path, environ: Mapping[str, str] | None = None) -> PersonaConfig:
     """Read and validate a persona file.
 
-    A relative database path is taken inside MEMSTREAM_DATA_DIR (default: ./data).
+    A relative database path is taken inside $MEMSTREAM_DATA_DIR when it is set, else beside the persona
+    file: the same database from whichever folder the command runs in.
     """
     env = os.environ if environ is None else environ
     file = Path(path)
@@ -355,8 +356,9 @@ def load_persona(path: str | Path, environ: Mapping[str, str] | None = None) -> 
     if not summary:
         raise persona.error("summary", "is required")
     db = Path(database) if database else Path(f"{file.stem}.db")
-    if not db.is_absolute():
-        db = Path(env.get("MEMSTREAM_DATA_DIR") or "data") / db
+    if not db.is_absolute():  # the same file from whichever folder the command runs in
+        data_dir = env.get("MEMSTREAM_DATA_DIR")
+        db = Path(os.path.normpath((Path(data_dir) if data_dir else file.parent).absolute() / db))
     models = _models(_read_table(where, raw, "models"))
     memory = _memory(where, _read_table(where, raw, "memory"))
     discord = _discord(_read_table(where, raw, "discord"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -95,7 +96,7 @@ history = 10
 
 def test_database_paths(tmp_path: Path) -> None:
     default = load_persona(write(tmp_path, MINIMAL), environ={})
-    assert default.database == Path("data") / "maria.db"
+    assert default.database == tmp_path / "maria.db"  # beside the persona file
     absolute = tmp_path / "elsewhere.db"
     chosen = load_persona(write(tmp_path, MINIMAL + f'database = "{absolute}"\n', "other.toml"), environ={})
     assert chosen.database == absolute
@@ -175,3 +176,21 @@ def test_persona_with_database() -> None:
     persona = PersonaConfig(name="M", summary="S")
     moved = persona.with_database(Path("/tmp/x.db"))
     assert (moved.database, persona.database) == (Path("/tmp/x.db"), Path("memstream.db"))
+
+
+def test_a_relative_database_is_the_same_file_from_any_folder(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "checkout" / "personas"
+    folder.mkdir(parents=True)
+    path = folder / "isabella.toml"
+    path.write_text('[persona]\nname = "I"\nsummary = "S"\ndatabase = "../data/isabella.db"\n', encoding="utf-8")
+    expected = tmp_path / "checkout" / "data" / "isabella.db"
+    for cwd in (tmp_path / "checkout", folder, tmp_path):
+        monkeypatch.chdir(cwd)
+        relative = Path(os.path.relpath(path, cwd))
+        assert load_persona(relative, environ={}).database == expected
+    in_image = load_persona(path, environ={"MEMSTREAM_DATA_DIR": "/data"}).database
+    assert in_image == Path("/data/isabella.db")  # the image's volume, with the same persona file
+    bare = folder / "maria.toml"
+    bare.write_text('[persona]\nname = "M"\nsummary = "S"\n', encoding="utf-8")
+    assert load_persona(bare, environ={}).database == folder / "maria.db"
