@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import importlib
 import json
 import logging
 import os
 import sys
+import threading
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -25,7 +27,7 @@ from memstream.history import parse_time, read_history
 from memstream.llm import Completion
 from memstream.profiles import PROFILES
 from memstream.records import EvidenceNode, Memory, ScoredMemory
-from memstream.stream import DEFAULT_STREAM, MemoryStream, connect_models
+from memstream.stream import DEFAULT_STREAM, MemoryStream, Reply, connect_models
 from memstream.terminal import visible, visible_json
 
 __all__ = ["build_parser", "main", "parse_time"]
@@ -335,25 +337,81 @@ def histogram_lines(counts: dict[str, int], width: int = 40) -> list[str]:
     return lines
 
 
+CHAT_HELP = ("/help  these commands\n/why   what the last reply was built from\n/quit  leave (or Ctrl-D, Ctrl-C)\n"
+             "Anything else is said to the persona. Lines starting with / are never stored.")
+
+
 async def cmd_chat(memory: MemoryStream, args: argparse.Namespace) -> int:
-    """Talk to the persona: each line is observed and answered."""
+    """Talk to the persona: each line is observed and answered; /commands are the shell's own."""
     name = args.speaker
-    print(f"Talking to {memory.name} (stream {args.stream!r}). Ctrl-D to leave.", file=sys.stderr)
+    tty = sys.stdin.isatty()
+    if tty:
+        with contextlib.suppress(ImportError):  # line editing and history for input(), where the platform has it
+            import readline  # noqa: F401
+    print(f"Talking to {memory.name} (stream {args.stream!r}). /help for commands, Ctrl-D to leave.",
+          file=sys.stderr)
+    last: Reply | None = None
+    try:
+        while True:
+            line = await _read_line(f"{name}> " if tty else None)
+            if line is None:  # Ctrl-D: leave the shell's prompt on a line of its own
+                if tty:
+                    print(file=sys.stderr)
+                return 0
+            text = line.strip()
+            if not text:
+                continue
+            if text.startswith("/"):
+                if text in ("/quit", "/exit"):
+                    return 0
+                if text == "/help":
+                    print(CHAT_HELP, file=sys.stderr)
+                elif text == "/why":
+                    print(visible("\n".join(ranking_lines(last.memories)) if last and last.memories
+                                  else "no reply yet (or it used no memory)"))
+                else:
+                    print(f"unknown command {visible(text.split()[0])}: /help lists them", file=sys.stderr)
+                continue
+            last = await memory.respond(text, stream=args.stream, speaker=name, at=args.at)
+            if args.json:
+                print(json.dumps({"reply": last.text, "trace": last.trace_id,
+                                  "memories": [scored_json(m, i) for i, m in enumerate(last.memories, 1)]}))
+            else:
+                print(visible(f"{memory.name}: {last.text}"), flush=True)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        if tty:
+            print(file=sys.stderr)
+        raise
+
+
+async def _read_line(prompt: str | None) -> str | None:
+    """One line of input, None at end of input. Read on a daemon thread: Ctrl-C ends the program at once
+    instead of waiting for the blocked read (an executor thread would keep the process alive until Enter)."""
     loop = asyncio.get_running_loop()
-    while True:
-        if sys.stdin.isatty():
-            print(f"{name}> ", end="", flush=True, file=sys.stderr)
-        line = await loop.run_in_executor(None, sys.stdin.readline)
-        if not line:
-            return 0
-        if not line.strip():
-            continue
-        reply = await memory.respond(line.strip(), stream=args.stream, speaker=name, at=args.at)
-        if args.json:
-            print(json.dumps({"reply": reply.text, "trace": reply.trace_id,
-                              "memories": [scored_json(m, i) for i, m in enumerate(reply.memories, 1)]}))
-        else:
-            print(visible(f"{memory.name}: {reply.text}"), flush=True)
+    done: asyncio.Future[str | None] = loop.create_future()
+
+    def read() -> None:
+        value: str | None = None
+        failure: BaseException | None = None
+        try:
+            value = input(prompt) if prompt is not None else sys.stdin.readline() or None
+        except EOFError:
+            value = None
+        except Exception as exc:  # handed to the waiting coroutine
+            failure = exc
+
+        def hand_over() -> None:
+            if not done.done():
+                if failure is not None:
+                    done.set_exception(failure)
+                else:
+                    done.set_result(value)
+
+        with contextlib.suppress(RuntimeError):  # the loop is gone: the program is ending
+            loop.call_soon_threadsafe(hand_over)
+
+    threading.Thread(target=read, name="chat-input", daemon=True).start()
+    return await done
 
 
 async def cmd_eval(args: argparse.Namespace, persona: PersonaConfig) -> int:

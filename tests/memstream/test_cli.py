@@ -348,3 +348,46 @@ async def test_recall_takes_k_either_way_and_a_profile_and_memories_lists(
     assert await _cli("memories", "-n", "3", "--persona", persona) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 3 and lines[0].startswith("#4 ") and "party note 3" in lines[0]
+
+
+async def test_chat_commands_start_with_a_slash_and_are_never_stored(tmp_path: Path, server: FakeOpenAIServer) -> None:
+    persona = str(_persona(tmp_path, server.base_url))
+    result = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "memstream", "chat", "--persona", persona, "--as", "Maria"],
+        input="/help\nwhat are you doing tonight?\n/why\n/nonsense now\n/quit\nnever said\n",
+        capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "/why" in result.stderr and "/quit" in result.stderr  # the help
+    assert "unknown command /nonsense" in result.stderr
+    assert result.stdout.count("Isabella Rodriguez: Come to my party!") == 1
+    agent = [r.prompt for r in server.chat_requests if "What do you do or say next?" in r.prompt]
+    assert len(agent) == 1  # "/help", "/why", "/nonsense" and what came after /quit reached no model
+    import sqlite3
+
+    conn = sqlite3.connect(tmp_path / "isabella.db")
+    texts = [row[0] for row in conn.execute("SELECT text FROM memories")]
+    conn.close()
+    assert not any("/" in text.split(":", 1)[-1][:3] or "never said" in text for text in texts)
+
+
+async def test_ctrl_c_at_the_chat_prompt_ends_it_at_once(tmp_path: Path, server: FakeOpenAIServer) -> None:
+    import signal
+
+    persona = str(_persona(tmp_path, server.base_url))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "memstream", "chat", "--persona", persona,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    assert proc.stderr is not None
+    banner = await asyncio.wait_for(proc.stderr.readline(), 30)
+    assert b"Talking to" in banner
+    await asyncio.sleep(0.3)  # waiting for a line, stdin still open
+    proc.send_signal(signal.SIGINT)
+    try:
+        code = await asyncio.wait_for(proc.wait(), 5)  # at once, not after the next Enter
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert code == 130
+    rest = await proc.stderr.read()
+    assert b"Traceback" not in rest
