@@ -81,7 +81,7 @@ def tree_lines(node: EvidenceNode, prefix: str = "", last: bool = True, root: bo
     m = node.memory
     label = (f"#{m.id} {m.kind} (importance {m.importance}"
              + (f", depth {m.depth}" if m.kind == "reflection" else "")
-             + f") {m.created_at:%Y-%m-%d %H:%M} {_short(m.text, 80)}")
+             + f") {m.created_at:%Y-%m-%d %H:%M} UTC {_short(m.text, 80)}")
     lines = [label if root else f"{prefix}{'└── ' if last else '├── '}{label}"]
     child_prefix = "" if root else prefix + ("    " if last else "│   ")
     for i, child in enumerate(node.evidence):
@@ -91,10 +91,12 @@ def tree_lines(node: EvidenceNode, prefix: str = "", last: bool = True, root: bo
 
 def ranking_lines(items: Sequence[ScoredMemory]) -> list[str]:
     """A ranking as a table."""
-    lines = [f"{'#':>2} {'id':>6} {'kind':<11} {'score':>6} {'rec':>5} {'imp':>5} {'rel':>5}  text"]
+    lines = [f"{'#':>2} {'id':>6} {'kind':<11} {'score':>6} {'rec':>5} {'imp':>5} {'rel':>5}  "
+             f"{'created (UTC)':<16}  text"]
     for rank, item in enumerate(items, 1):
         lines.append(f"{rank:>2} {item.memory.id:>6} {item.memory.kind:<11} {item.score:6.3f} {item.recency:5.2f} "
-                     f"{item.importance:5.2f} {item.relevance:5.2f}  {_short(item.memory.text)}")
+                     f"{item.importance:5.2f} {item.relevance:5.2f}  {item.memory.created_at:%Y-%m-%d %H:%M}  "
+                     f"{_short(item.memory.text)}")
     return lines
 
 
@@ -510,6 +512,16 @@ COMMANDS: dict[str, tuple[Callable[[MemoryStream, argparse.Namespace], Coroutine
 # -- argument parsing ------------------------------------------------------------------------------
 
 
+def _merge_top_options(args: argparse.Namespace) -> None:
+    """Common options given before the command count as if given after it (after it wins)."""
+    if args.top_persona is not None and args.persona == os.environ.get("MEMSTREAM_PERSONA", DEFAULT_PERSONA):
+        args.persona = args.top_persona
+    if args.top_db is not None and args.db is None:
+        args.db = args.top_db
+    args.json = args.json or args.top_json
+    args.verbose = args.verbose or args.top_verbose
+
+
 def _version() -> str:
     from memstream import __version__
 
@@ -565,6 +577,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="memstream", description=__doc__)
     parser.add_argument("--version", action="version", version=f"memstream {_version()}")
+    # The common options are accepted before the command too (memstream --persona FILE stats).
+    parser.add_argument("--persona", dest="top_persona", help=argparse.SUPPRESS)
+    parser.add_argument("--db", dest="top_db", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--json", dest="top_json", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("-v", "--verbose", dest="top_verbose", action="store_true", help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     p = sub.add_parser("chat", parents=[common, scoped, timed], help="talk to the persona in the terminal",
                        description="Talk to the persona: each line you type is observed and answered.")
@@ -670,6 +687,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:  # `memstream` alone: what it can do, not only "COMMAND is required"
         parser.print_help(sys.stderr)
         return EXIT_BAD_INPUT
+    _merge_top_options(args)
     args.stream_given = getattr(args, "stream", None) is not None
     if hasattr(args, "stream") and args.stream is None:
         args.stream = DEFAULT_STREAM

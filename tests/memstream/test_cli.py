@@ -391,3 +391,18 @@ async def test_ctrl_c_at_the_chat_prompt_ends_it_at_once(tmp_path: Path, server:
     assert code == 130
     rest = await proc.stderr.read()
     assert b"Traceback" not in rest
+
+
+async def test_common_options_go_before_or_after_the_command_and_times_say_utc(
+        tmp_path: Path, server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]) -> None:
+    persona = str(_persona(tmp_path, server.base_url))
+    assert await _cli("--persona", persona, "observe", "a party at noon", "--importance", "4",
+                      "--at", "2023-02-13T12:00:00Z") == 0
+    capsys.readouterr()
+    assert await _cli("--persona", persona, "--json", "stats") == 0
+    assert json.loads(capsys.readouterr().out)["observations"] == 1  # the same database, JSON output
+    assert await _cli("recall", "party", "--persona", persona) == 0
+    out = capsys.readouterr().out
+    assert "created (UTC)" in out and "2023-02-13 12:00" in out
+    assert await _cli("why", "1", "--persona", persona) == 0
+    assert "2023-02-13 12:00 UTC" in capsys.readouterr().out
