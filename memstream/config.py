@@ -158,11 +158,13 @@ def _is_number(value: object) -> bool:
 class _Section:
     """One [table] of a persona file being read: every key must be used exactly once."""
 
-    def __init__(self, where: str, name: str, data: object) -> None:
+    def __init__(self, where: str, name: str, data: object, problems: list[str] | None = None) -> None:
         self.where, self.name = where, name
         if not isinstance(data, dict):
             raise ConfigError(f"{where}: [{name}] must be a table, got {type(data).__name__}")
         self.data: dict[str, Any] = dict(data)
+        # Wrong kinds and unknown keys of the whole file, reported together (see load_persona).
+        self.problems = problems if problems is not None else []
 
     def error(self, key: str, message: str) -> ConfigError:
         return ConfigError(f"{self.where}: [{self.name}] {key}: {message}")
@@ -173,13 +175,14 @@ class _Section:
         value = self.data.pop(key)
         try:
             return kind(value) if kind else value
-        except (TypeError, ValueError, ConfigError) as exc:
-            raise self.error(key, f"{allowed}, got {value!r}") from exc
+        except (TypeError, ValueError, ConfigError):
+            self.problems.append(f"{self.where}: [{self.name}] {key}: {allowed}, got {value!r}")
+            return default
 
     def done(self, known: list[str]) -> None:
         if self.data:
             unknown = ", ".join(sorted(self.data))
-            raise ConfigError(
+            self.problems.append(
                 f"{self.where}: [{self.name}] unknown key(s) {unknown}; known keys: {', '.join(known)}"
             )
 
@@ -235,8 +238,8 @@ def _zone(value: object) -> str:
     return name
 
 
-def _read_table(where: str, raw: dict[str, Any], name: str) -> _Section:
-    return _Section(where, name, raw.pop(name, {}))
+def _read_table(where: str, raw: dict[str, Any], name: str, problems: list[str] | None = None) -> _Section:
+    return _Section(where, name, raw.pop(name, {}), problems)
 
 
 def _memory(where: str, section: _Section) -> StreamConfig:
@@ -345,26 +348,36 @@ def load_persona(path: str | Path, environ: Mapping[str, str] | None = None) -> 
         raise ConfigError(f"{where}: cannot read: {exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{where}: not valid TOML: {exc}") from exc
-    persona = _read_table(where, raw, "persona")
+    problems: list[str] = []  # every problem of the file, reported together, one per line
+    persona = _read_table(where, raw, "persona", problems)
     name = persona.take("name", _text, "", "must be a non-empty string")
     summary = persona.take("summary", _text, "", "must be a non-empty string")
     timezone = persona.take("timezone", _zone, "UTC", "must be an IANA time zone such as Europe/Berlin")
     database = persona.take("database", _text, "", "must be a file path")
     persona.done(["name", "summary", "timezone", "database"])
-    if not name:
-        raise persona.error("name", "is required")
-    if not summary:
-        raise persona.error("summary", "is required")
+    for key, value in (("name", name), ("summary", summary)):
+        if not value and not any(f"[persona] {key}:" in p for p in problems):
+            problems.append(str(persona.error(key, "is required")))
     db = Path(database) if database else Path(f"{file.stem}.db")
     if not db.is_absolute():  # the same file from whichever folder the command runs in
         data_dir = env.get("MEMSTREAM_DATA_DIR")
         db = Path(os.path.normpath((Path(data_dir) if data_dir else file.parent).absolute() / db))
-    models = _models(_read_table(where, raw, "models"))
-    memory = _memory(where, _read_table(where, raw, "memory"))
-    discord = _discord(_read_table(where, raw, "discord"))
+    models, memory, discord = ModelConfig(), StreamConfig(), DiscordConfig()
+    try:
+        models = _models(_read_table(where, raw, "models", problems))
+    except ConfigError as exc:
+        problems.append(str(exc))
+    try:
+        memory = _memory(where, _read_table(where, raw, "memory", problems))
+    except ConfigError as exc:
+        problems.append(str(exc))
+    try:
+        discord = _discord(_read_table(where, raw, "discord", problems))
+    except ConfigError as exc:
+        problems.append(str(exc))
     if raw:
-        raise ConfigError(
-            f"{where}: unknown table(s) {', '.join(sorted(raw))}; known: persona, models, memory, discord"
-        )
+        problems.append(f"{where}: unknown table(s) {', '.join(sorted(raw))}; known: persona, models, memory, discord")
+    if problems:
+        raise ConfigError("\n".join(dict.fromkeys(problems)))
     return PersonaConfig(name=name, summary=summary, path=file, timezone=timezone, database=db,
                          models=models, memory=memory, discord=discord)

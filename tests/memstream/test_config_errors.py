@@ -137,3 +137,17 @@ def test_an_openai_base_url_variable_with_credentials_is_refused(tmp_path: Path)
     with pytest.raises(ConfigError, match="credentials in the URL") as info:
         persona.models.api_key({"OPENAI_BASE_URL": "http://bob:hunter2@localhost:8080/v1"})
     assert "hunter2" not in str(info.value)
+
+
+def test_every_problem_of_a_persona_file_is_reported_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text('[persona]\nname = "M"\nsummary = "S"\ntimezone = "Mars/Olympus"\ncolour = "teal"\n'
+                    '[models]\ntimeout = "soon"\n[memory]\nk = "five"\nweight_recency = nan\n'
+                    '[discord]\nhistory = true\n[extras]\n', encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_persona(path, environ={})
+    lines = str(info.value).splitlines()
+    assert all(line.startswith(f"{path}: ") for line in lines)
+    for part in ("[persona] timezone", "[persona] unknown key(s) colour", "[models] timeout", "[memory] k:",
+                 "[memory] weight_recency", "[discord] history", "unknown table(s) extras"):
+        assert any(part in line for line in lines), part
