@@ -82,8 +82,9 @@ def jump_link(guild_id: int | None, channel_id: str | None, message_id: str | No
 
 
 def _when(memory: Memory, tz: ZoneInfo) -> str:
-    local = memory.created_at.astimezone(tz)
-    return f"{local:%Y-%m-%d %H:%M}"
+    """Discord's timestamp markup: each viewer sees the time in their own zone, labelled by their client
+    (the persona's zone, `tz`, is for its prompts, not for people reading a command's answer)."""
+    return f"<t:{int(memory.created_at.timestamp())}:f>"
 
 
 def _short(text: str, width: int) -> str:

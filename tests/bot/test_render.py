@@ -57,3 +57,17 @@ def test_a_code_block_cut_at_a_space_starts_its_next_part_without_a_stray_space(
         assert part.startswith("```\n") and not part.startswith("```\n ")
     prose = split_message(" ".join(["word"] * 900))
     assert len(prose) >= 2 and not any(part.startswith(" ") for part in prose)
+
+
+def test_memory_times_are_discord_timestamps_each_viewer_sees_in_their_zone() -> None:
+    from datetime import UTC, datetime
+    from zoneinfo import ZoneInfo
+
+    from bot.render import memory_line
+    from memstream import Memory, Source
+
+    at = datetime(2024, 2, 13, 17, 0, tzinfo=UTC)
+    memory = Memory(id=3, stream="guild:1", kind="observation", text="hello", created_at=at, last_accessed_at=at,
+                    importance=4, importance_source="rater", depth=0, source=Source(), status="ready")
+    line = memory_line(memory, ZoneInfo("America/Chicago"))
+    assert f"<t:{int(at.timestamp())}:f>" in line and "2024-02-13" not in line
