@@ -6,6 +6,7 @@ import asyncio
 import json
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -406,3 +407,24 @@ async def test_common_options_go_before_or_after_the_command_and_times_say_utc(
     assert "created (UTC)" in out and "2023-02-13 12:00" in out
     assert await _cli("why", "1", "--persona", persona) == 0
     assert "2023-02-13 12:00 UTC" in capsys.readouterr().out
+
+
+async def test_import_reflects_only_when_asked_and_stamps_insights_with_the_history_time(
+        tmp_path: Path, server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]) -> None:
+    persona = str(_persona(tmp_path, server.base_url, threshold=20))
+    history = tmp_path / "h.jsonl"
+    history.write_text("".join(json.dumps({"text": f"the party plan {i}", "at": f"2023-02-13T{10 + i}:00:00Z"})
+                               + "\n" for i in range(6)), encoding="utf-8")
+    assert await _cli("import", str(history), "--persona", persona, "--json") == 0
+    assert json.loads(capsys.readouterr().out)["due_for_reflection"]  # due, but not run without --reflect
+    assert not [r for r in server.chat_requests if "most salient high-level" in r.prompt]
+    more = tmp_path / "more.jsonl"
+    more.write_text(json.dumps({"text": "the party plan, final", "at": "2023-02-14T09:00:00Z"}) + "\n",
+                    encoding="utf-8")
+    assert await _cli("import", str(more), "--persona", persona, "--reflect") == 0
+    import sqlite3
+
+    conn = sqlite3.connect(tmp_path / "isabella.db")
+    stamps = [row[0] for row in conn.execute("SELECT created_at FROM memories WHERE kind = 'reflection'")]
+    conn.close()
+    assert stamps and all(datetime.fromtimestamp(t, UTC).year == 2023 for t in stamps)
