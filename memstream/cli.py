@@ -25,7 +25,7 @@ from memstream.exits import EXIT_BAD_INPUT, EXIT_PENDING, exit_status
 from memstream.filecare import backup, salvage
 from memstream.history import parse_time, read_history
 from memstream.llm import Completion
-from memstream.profiles import PROFILES
+from memstream.profiles import BASELINES, PROFILES, configured
 from memstream.records import EvidenceNode, Memory, ScoredMemory
 from memstream.stream import DEFAULT_STREAM, MemoryStream, Reply, connect_models
 from memstream.terminal import visible, visible_json
@@ -425,8 +425,8 @@ async def cmd_eval(args: argparse.Namespace, persona: PersonaConfig) -> int:
         report = await evaluate(
             lines, config=persona.memory, embedder=CachedEmbedder(embedder, cache, persona.models.embedding),
             chat=CachedChat(chat, cache), rater_model=persona.models.rater,
-            profiles=args.profile or list(PROFILES), ks=sorted(set(args.k or [5, 10])), touch=not args.no_touch,
-            name=persona.name,
+            profiles=args.profile or [*PROFILES, *BASELINES], ks=sorted(set(args.k or [5, 10])),
+            touch=not args.no_touch, name=persona.name,
         )
     finally:
         cache.close()
@@ -440,13 +440,13 @@ async def cmd_eval(args: argparse.Namespace, persona: PersonaConfig) -> int:
 def eval_lines(report: dict[str, Any], ks: Sequence[int]) -> list[str]:
     """The eval report as a table: a row per profile and label."""
     cols = [f"{m}@{k}" for k in ks for m in ("hit", "recall")]
-    lines = [f"{'profile':<8} {'label':<16} {'queries':>7} " + " ".join(f"{c:>9}" for c in cols)]
+    lines = [f"{'profile':<10} {'label':<16} {'queries':>7} " + " ".join(f"{c:>9}" for c in cols)]
     for profile, result in report.items():
         if profile == "cache":
             continue
         rows = [("overall", result["overall"]), *result["labels"].items()]
         for label, row in rows:
-            lines.append(f"{profile:<8} {label[:16]:<16} {row['queries']:>7} "
+            lines.append(f"{profile:<10} {label[:16]:<16} {row['queries']:>7} "
                          + " ".join(f"{row[c]:>9.3f}" for c in cols))
     cache = report.get("cache", {})
     lines.append(f"model cache: {cache.get('hits', 0)} hit(s), {cache.get('misses', 0)} miss(es)")
@@ -631,11 +631,13 @@ def build_parser() -> argparse.ArgumentParser:
                                    "and report hit@k and recall@k overall and per label. Embeddings and ratings "
                                    "are cached, so a second run costs no model calls.")
     p.add_argument("file")
-    p.add_argument("--profile", action="append", choices=PROFILES, help="a scoring profile (repeatable; "
-                                                                        "default: all)")
+    p.add_argument("--profile", action="append", choices=[*PROFILES, *BASELINES],
+                   help="a scoring profile or baseline (repeatable; default: every profile, then the baselines "
+                        "relevance (plain vector search) and lexical (keywords only))")
     p.add_argument("-k", "--k", dest="k", action="append", type=_positive,
                    help="a cut-off (repeatable; default: 5 and 10)")
-    p.add_argument("--no-touch", action="store_true", help="queries do not update last access")
+    p.add_argument("--no-touch", action="store_true",
+                   help="the static view: queries do not update last access (default: they do, as the bot's do)")
     p.add_argument("--cache", type=Path, help="model cache file (default: eval-cache.sqlite beside the database)")
     p = sub.add_parser("backup", parents=[common], help="a consistent copy of the database (safe while running)",
                        description="Copy the persona's database to DEST with SQLite's online backup: consistent "
@@ -663,7 +665,7 @@ async def _run(args: argparse.Namespace) -> int:
     if args.db is not None:
         persona = persona.with_database(args.db)
     if getattr(args, "profile", None) and args.command == "recall":
-        persona = dataclasses.replace(persona, memory=dataclasses.replace(persona.memory, profile=args.profile))
+        persona = dataclasses.replace(persona, memory=configured(persona.memory, args.profile))
     if args.command == "backup":
         return await cmd_backup(args, persona)
     if args.command == "eval":

@@ -11,7 +11,7 @@ import hashlib
 import json
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from memstream.errors import ConfigError
 from memstream.history import parse_time
 from memstream.llm import ChatModel, Completion
 from memstream.models import RoleModel
+from memstream.profiles import configured
 from memstream.records import Source
 from memstream.store import Store, sqlite_module
 from memstream.stream import MemoryStream, Observation
@@ -200,10 +201,11 @@ class _Score:
 async def evaluate(lines: Sequence[EvalLine], *, config: StreamConfig, embedder: Embedder, chat: ChatModel,
                    rater_model: str, profiles: Sequence[str], ks: Sequence[int] = (5, 10),
                    touch: bool = True, name: str = "the persona") -> dict[str, Any]:
-    """Replay `lines` once per profile in a fresh store; hit@k and recall@k overall and per label."""
+    """Replay `lines` once per profile (or baseline: profiles.BASELINES) in a fresh store; hit@k and recall@k
+    overall and per label. The persona's own profile is scored with its weights, the others with their own."""
     report: dict[str, Any] = {}
     for profile in profiles:
-        report[profile] = await _replay(lines, replace(config, profile=profile), embedder, chat, rater_model,
+        report[profile] = await _replay(lines, configured(config, profile), embedder, chat, rater_model,
                                         ks, touch, name)
     return report
 

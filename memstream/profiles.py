@@ -1,34 +1,59 @@
 """Scoring profiles: how recency, importance and relevance become the three parts of a memory's score.
 
 `spec` is the paper's formula exactly: exponential recency since last access (0.995 per hour), the stored
-importance and cosine relevance, each min-max normalized over the whole stream.
+importance and cosine relevance, each min-max normalized over the whole stream, weights 1, 1, 1.
 
-`actr` is for personas that live for months. Min-max normalizing an exponential recency over a long stream
-gives nearly a full point to the last day and nearly nothing to everything older, which swamps relevance.
-`actr` keeps every part in log-odds units, with no whole-stream normalization:
+`hybrid` is for a persona that lives for months (measured on real conversations: README, "Retrieval over
+months"). Each part is normalized over the whole stream as in `spec`, but:
 
-    recency    = ln(t_created^-d + t_accessed^-d)   ACT-R base-level activation, t in hours (>= 1 minute),
-                                                      d = actr_decay (0.5); a never-retrieved memory counts
-                                                      its creation only
-    importance = ln(importance)                      an importance of 10 is ten times the prior odds of 1
-    relevance  = cosine / relevance_temperature      0.05: a cosine 0.05 higher is e times the odds
+    relevance  = (1 - L) * minmax(cosine) + L * bm25 / max(bm25)    L = lexical_weight (0.4); bm25: lexical.py
+    recency    = minmax(decay ** hours since *creation*)              being retrieved wins a memory nothing
+    importance = minmax(importance)
 
-score = w_rec*recency + w_imp*importance + w_rel*relevance. A power law forgets slowly: going from a day old
-to a month old costs 1.7 units, the same as 0.085 of cosine, so an old, relevant memory stays reachable.
+with weights 0.05, 0.2, 1 unless the persona file sets them. Keywords find what embeddings miss (names,
+places, rare words); recency from creation cannot make stale favourites (a memory retrieved often is not
+retrieved more for it), and its small weight breaks ties towards the newer memory instead of burying the old.
+
+`memstream eval` also reports two baselines, so a user sees what each part earns on their own data:
+`relevance` (plain vector search: spec with weights 0, 0, 1) and `lexical` (BM25 alone).
 """
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
+
 import numpy as np
 import numpy.typing as npt
 
-from memstream.config import StreamConfig
+from memstream.config import PROFILE_NAMES, StreamConfig
 
-__all__ = ["PROFILES", "min_max", "score_parts"]
+__all__ = ["BASELINES", "PROFILES", "configured", "min_max", "score_parts", "uses_lexical"]
 
-PROFILES = ("spec", "actr")
+PROFILES = PROFILE_NAMES
+# Not profiles a persona runs with: what `memstream eval` compares the profiles against.
+BASELINES: dict[str, dict[str, object]] = {
+    "relevance": {"profile": "spec", "weight_recency": 0.0, "weight_importance": 0.0, "weight_relevance": 1.0},
+    "lexical": {"profile": "hybrid", "weight_recency": 0.0, "weight_importance": 0.0, "weight_relevance": 1.0,
+                "lexical_weight": 1.0},
+}
+_SCORING = ("profile", "weight_recency", "weight_importance", "weight_relevance", "recency_from", "lexical_weight")
 Floats = npt.NDArray[np.float64]
-_MIN_HOURS = 1.0 / 60.0
+
+
+def configured(config: StreamConfig, profile: str) -> StreamConfig:
+    """`config` scored with another profile (or baseline): that profile's own defaults for every scoring
+    knob, the persona's for everything else. The persona's own profile is returned as it is."""
+    if profile == config.profile:
+        return config
+    keep = {f.name: getattr(config, f.name) for f in fields(StreamConfig) if f.name not in _SCORING}
+    if profile in BASELINES:
+        return replace(StreamConfig(), **{**keep, **BASELINES[profile]})
+    return StreamConfig.for_profile(profile, **keep)
+
+
+def uses_lexical(config: StreamConfig) -> bool:
+    """Whether scoring needs the lexical index."""
+    return config.profile == "hybrid" and config.lexical_weight > 0 and config.weight_relevance > 0
 
 
 def min_max(values: Floats) -> Floats:
@@ -48,10 +73,11 @@ def _hours(now: float, then: npt.NDArray[np.float64]) -> Floats:
 
 
 def score_parts(config: StreamConfig, *, cosine: Floats, importance: Floats, last_accessed: Floats,
-                created: Floats, now: float) -> tuple[Floats, Floats, Floats]:
-    """The (recency, importance, relevance) parts of every memory, on the profile's scale."""
-    if config.profile == "actr":
-        return _actr(config, cosine, importance, last_accessed, created, now)
+                created: Floats, now: float, lexical: Floats | None = None) -> tuple[Floats, Floats, Floats]:
+    """The (recency, importance, relevance) parts of every memory, on the profile's scale; `lexical` is every
+    memory's BM25 score (hybrid only; None counts as no match anywhere)."""
+    if config.profile == "hybrid":
+        return _hybrid(config, cosine, importance, created, now, lexical)
     return _spec(config, cosine, importance, last_accessed, created, now)
 
 
@@ -67,12 +93,10 @@ def _spec(config: StreamConfig, cosine: Floats, importance: Floats, last_accesse
     return min_max(recency), min_max(importance), min_max(cosine)
 
 
-def _actr(config: StreamConfig, cosine: Floats, importance: Floats, last_accessed: Floats, created: Floats,
-          now: float) -> tuple[Floats, Floats, Floats]:
-    d = config.actr_decay
-    since_created = np.maximum(_hours(now, created), _MIN_HOURS)
-    since_access = np.maximum(_hours(now, last_accessed), _MIN_HOURS)
-    accessed = last_accessed > created
-    strength = since_created ** -d + np.where(accessed, since_access ** -d, 0.0)
-    recency: Floats = np.log(strength)
-    return recency, np.log(np.maximum(importance, 1.0)), cosine / config.relevance_temperature
+def _hybrid(config: StreamConfig, cosine: Floats, importance: Floats, created: Floats, now: float,
+            lexical: Floats | None) -> tuple[Floats, Floats, Floats]:
+    share = config.lexical_weight
+    relevance = (1.0 - share) * min_max(cosine)
+    if lexical is not None and lexical.size and float(lexical.max()) > 0.0:
+        relevance = relevance + share * (lexical / float(lexical.max()))
+    return min_max(np.power(config.decay, _hours(now, created))), min_max(importance), relevance

@@ -283,23 +283,26 @@ def _candidates(score: F64, slack: float, k: int) -> I64:
 
 def _recency_range(vectors: StreamVectors, now: float, decay: float) -> tuple[float, float]:
     """The reference's min and max recency over the stream (its pow() at the extreme last accesses)."""
+    lim = vectors.limits()
+    return pow_range(vectors.last_accessed, lim["last_min"], lim["last_max"], now, decay)
+
+
+def pow_range(times: F64, low: float, high: float, now: float, decay: float) -> tuple[float, float]:
+    """min and max over `times` (whose extremes are low and high) of the reference's
+    decay ** (max(now - t, 0) / 3600), computed by the reference's own pow()."""
     if decay == 1.0:
         return 1.0, 1.0
-    lim = vectors.limits()
 
     def recency(rows: I64) -> list[float]:
-        return [decay ** (max(now - at, 0.0) / 3600.0) for at in vectors.last_accessed[rows].tolist()]
+        return [decay ** (max(now - at, 0.0) / 3600.0) for at in times[rows].tolist()]
 
-    # pow() is monotonic except, perhaps, between values within an ulp: look at every access time that
-    # close to the extremes (for a decay below 0.99997 that is only the extremes themselves).
+    # pow() is monotonic except, perhaps, between values within an ulp: look at every time that close to
+    # the extremes (for a decay below 0.99997 that is only the extremes themselves).
     window = 8 * 2 * _U64 * 3600.0 / -math.log(decay)
-    if window < float(np.spacing(max(abs(lim["last_min"]), abs(lim["last_max"])))):
-        hi = decay ** (max(now - lim["last_max"], 0.0) / 3600.0)
-        lo = decay ** (max(now - lim["last_min"], 0.0) / 3600.0)
-        return lo, hi
-    last = vectors.last_accessed
-    return (min(recency(np.flatnonzero(last <= lim["last_min"] + window))),
-            max(recency(np.flatnonzero(last >= lim["last_max"] - window))))
+    if window < float(np.spacing(max(abs(low), abs(high)))):
+        return decay ** (max(now - low, 0.0) / 3600.0), decay ** (max(now - high, 0.0) / 3600.0)
+    return (min(recency(np.flatnonzero(times <= low + window))),
+            max(recency(np.flatnonzero(times >= high - window))))
 
 
 def _top(score: F64, created: F64, ids: I64, k: int) -> I64:
@@ -330,10 +333,11 @@ def _rank_profile(vectors: StreamVectors, query: F32, q_norm: float, now: float,
 
 
 def rank(vectors: StreamVectors, query: npt.ArrayLike, now: float, config: StreamConfig, k: int, *,
-         compiled: bool | None = None) -> Ranked:
+         compiled: bool | None = None, text: str | None = None) -> Ranked:
     """The score of every memory, the top k rows with their parts; with the default profile, exactly
-    rank_reference's answer. `compiled` chooses kernels.py's loops or numpy (default: the loops once they are
-    loaded); both give the same answer."""
+    rank_reference's answer (with `hybrid`, hybrid.rank_hybrid_reference's, `text` being the query's words).
+    `compiled` chooses kernels.py's loops or numpy (default: the loops once they are loaded); both give the
+    same answer."""
     k = min(k, vectors.n)
     if k <= 0:
         empty = np.zeros(0, np.float64)
@@ -341,6 +345,10 @@ def rank(vectors: StreamVectors, query: npt.ArrayLike, now: float, config: Strea
     q = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
     if q.size != vectors.dim:
         raise StoreError(f"the query has {q.size} dimensions, the stream {vectors.dim}")
+    if config.profile == "hybrid":
+        from memstream.hybrid import rank_hybrid  # (it builds on this module)
+
+        return rank_hybrid(vectors, q, text, now, config, k)
     spec = config.profile == "spec" and config.recency_from == "access"
     if spec and (kernels.ready() if compiled is None else compiled):
         ranked = _rank_compiled(vectors, q, now, config, k)
@@ -445,7 +453,7 @@ class Retriever:
         """The top k memories for `query` (leaving out `exclude`); their last access becomes now."""
         limit = k or self.config.k
         embedded = await self.models.embed([query], stream=stream)
-        found = await self._ranked(embedded[0], stream, limit + len(exclude), at)
+        found = await self._ranked(embedded[0], stream, limit + len(exclude), at, query)
         found = [item for item in found if item[0].memory.id not in exclude][:limit]
         now = to_timestamp(at or self.clock.now())
         ids = [item.memory.id for item, _ in found]
@@ -457,15 +465,15 @@ class Retriever:
                       at: datetime | None = None) -> list[ScoredMemory]:
         """The same ranking, read-only."""
         embedded = await self.models.embed([query], stream=stream)
-        return await self.explain_vector(embedded[0], stream=stream, k=k, at=at)
+        return await self.explain_vector(embedded[0], stream=stream, k=k, at=at, text=query)
 
     async def explain_vector(self, query: npt.NDArray[np.float32], *, stream: str, k: int | None = None,
-                             at: datetime | None = None) -> list[ScoredMemory]:
-        """Rank by an already embedded query, read-only."""
-        return [item for item, _ in await self._ranked(query, stream, k or self.config.k, at)]
+                             at: datetime | None = None, text: str | None = None) -> list[ScoredMemory]:
+        """Rank by an already embedded query (and its `text`, for lexical relevance), read-only."""
+        return [item for item, _ in await self._ranked(query, stream, k or self.config.k, at, text)]
 
     async def _ranked(self, query: npt.NDArray[np.float32], stream: str, k: int,
-                      at: datetime | None) -> list[tuple[ScoredMemory, int]]:
+                      at: datetime | None, text: str | None = None) -> list[tuple[ScoredMemory, int]]:
         now = to_timestamp(at or self.clock.now())
         async with self.index.locked(stream) as vectors:
             if vectors.n == 0:
@@ -473,9 +481,9 @@ class Retriever:
             if query.shape[-1] != vectors.dim:
                 raise StoreError(f"the query has {query.shape[-1]} dimensions, the stream {vectors.dim}")
             if vectors.n >= _THREAD_ROWS:
-                ranked = await asyncio.to_thread(rank, vectors, query, now, self.config, k)
+                ranked = await asyncio.to_thread(rank, vectors, query, now, self.config, k, text=text)
             else:
-                ranked = rank(vectors, query, now, self.config, k)
+                ranked = rank(vectors, query, now, self.config, k, text=text)
             ids = vectors.ids[ranked.rows].tolist()
         found = await self.store.get_many(ids)
         return [

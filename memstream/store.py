@@ -845,6 +845,25 @@ class Store:
                 log.warning("loading stream %r in %d processes failed (%s); loading it here", stream, workers, exc)
         return await asyncio.to_thread(self._read_range, stream, int(low), int(high), count, dim)
 
+    async def stream_texts(self, stream: str) -> tuple[list[int], list[str]]:
+        """(ids, texts) of the ready memories of a stream, for its lexical index."""
+        sql = "SELECT id, text FROM memories WHERE stream = ? AND status = 'ready'"
+        if self.path == ":memory:" or self._in_transaction:
+            async with self.conn.execute(sql, (stream,)) as cur:
+                rows = list(await cur.fetchall())
+        else:
+            def read() -> list[Any]:
+                conn = _load.read_only(sqlite_module(), self.path)()
+                try:
+                    return list(conn.execute(sql, (stream,)).fetchall())
+                finally:
+                    conn.close()
+            try:
+                rows = await asyncio.to_thread(read)
+            except sqlite_module().Error as exc:
+                raise _sqlite.store_error(exc, self.path) from exc
+        return [int(r[0]) for r in rows], [str(r[1]) for r in rows]
+
     def _load_workers(self, count: int) -> int:
         """How many processes read a stream of `count` rows (1: this one)."""
         if not _load.processes_available():

@@ -21,6 +21,7 @@ from memstream.embed import Embedder, OpenAIEmbedder, SentenceTransformerEmbedde
 from memstream.errors import ConfigError, ProviderError
 from memstream.llm import ChatModel, Completion, OpenAIChat, make_client
 from memstream.models import Models, RoleModel
+from memstream.profiles import uses_lexical
 from memstream.rate import Rater, Rating
 from memstream.records import EvidenceNode, Memory, ScoredMemory, Source
 from memstream.reflect import Reflection, Reflector
@@ -110,7 +111,7 @@ class MemoryStream:
         self.clock: Clock = clock or SystemClock()
         self.tz = tz or ZoneInfo("UTC")
         self.models = Models(store, embedder, rater=rater, reflector=reflector, agent=agent)
-        self.index = VectorIndex(store)
+        self.index = VectorIndex(store, lexical=uses_lexical(self.config))
         self.retriever = Retriever(store, self.index, self.models, self.config, self.clock)
         self.rater = Rater(self.models, agent_name=name)
         self.reflector = Reflector(store, self.models, retriever or self.retriever, self.config, agent_name=name)
@@ -330,7 +331,7 @@ class MemoryStream:
         if kept:
             await self.index.append(stream, [m.id for m, _, _ in kept], np.stack([v for _, _, v in kept]),
                                     [r.importance for _, r, _ in kept],
-                                    [to_timestamp(m.created_at) for m, _, _ in kept])
+                                    [to_timestamp(m.created_at) for m, _, _ in kept], [m.text for m, _, _ in kept])
 
     async def _rate(self, memory: Memory, errors: list[ProviderError]) -> Rating | None:
         if memory.importance is not None:
@@ -405,7 +406,7 @@ class MemoryStream:
                     raise
             for memory in result.insights:
                 await self.index.append(stream, [memory.id], await self.store.load_vector(memory.id),
-                                        [memory.importance or 1], [to_timestamp(memory.created_at)])
+                                        [memory.importance or 1], [to_timestamp(memory.created_at)], [memory.text])
             if result.insights or result.dropped:
                 log.info("reflection on %s: %d insight(s), %d dropped", stream, len(result.insights),
                          len(result.dropped))
@@ -499,7 +500,7 @@ class MemoryStream:
         if memory_id is not None:
             vector = (await self.models.embed([text], stream=stream))[0]
             await self.store.update_text(memory_id, text, vector)
-            await self.index.update(stream, memory_id, vector)
+            await self.index.update(stream, memory_id, vector, text)
         self.scrubbed = await self.store.scrub()  # the text before the edit is gone from the file too
         return None if memory_id is None else await self.store.get(memory_id)
 

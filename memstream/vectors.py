@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from memstream import kernels
 from memstream._load import inverse_norms, large_empty
+from memstream.lexical import StreamTerms
 from memstream.store import Store, StreamArrays
 
 __all__ = ["StreamVectors", "VectorIndex"]
@@ -45,6 +46,8 @@ class StreamVectors:
 
     def __init__(self, arrays: StreamArrays | None = None, *, copy: bool = True) -> None:
         self.n = 0
+        self.terms: StreamTerms | None = None  # the lexical index, when the profile uses one (index_texts)
+        self._yc: tuple[float, F64, float] | None = None
         self.dim = 0
         self._blocks: list[F32] = []
         self._starts: list[int] = []
@@ -156,9 +159,26 @@ class StreamVectors:
 
     # -- writing -----------------------------------------------------------------------------------
 
+    def index_texts(self, ids: Sequence[int], texts: Sequence[str]) -> None:
+        """Start the lexical index from the texts of every row's memory (given by id, in any order)."""
+        by_id = dict(zip([int(i) for i in ids], texts, strict=True))
+        terms = StreamTerms()
+        for row, memory_id in enumerate(self.ids.tolist()):
+            terms.add(row, [by_id.get(memory_id, "")])
+        self.terms = terms
+
+    def creation_proxy(self, decay: float) -> tuple[F64, float]:
+        """(y, t0) with y = decay ** ((created - t0) / 3600) for every row, t0 the newest creation: recency
+        from creation at any `now` >= t0 is y times one shared factor (see recency_proxy)."""
+        if self._yc is None or self._yc[0] != decay:
+            created = self.created
+            t0 = float(created.max()) if self.n else 0.0
+            self._yc = (decay, np.exp(-math.log(decay) / 3600.0 * (created - t0)), t0)
+        return self._yc[1], self._yc[2]
+
     def append(self, ids: Sequence[int] | I64, embeddings: npt.ArrayLike, importance: npt.ArrayLike,
-               last_accessed: npt.ArrayLike, created: npt.ArrayLike) -> None:
-        """Add rows (stored as given, in float32)."""
+               last_accessed: npt.ArrayLike, created: npt.ArrayLike, texts: Sequence[str] | None = None) -> None:
+        """Add rows (stored as given, in float32); `texts` feed the lexical index, if there is one."""
         matrix = np.asarray(embeddings, dtype=np.float32)
         if matrix.ndim == 1:
             matrix = matrix.reshape(1, -1)
@@ -186,6 +206,11 @@ class StreamVectors:
         self._widen_limits(start, end)
         if self._y is not None:
             self._set_y(np.arange(start, end))
+        self._yc = None
+        if self.terms is not None:
+            if texts is None:
+                raise ValueError("this stream has a lexical index: rows need their texts")
+            self.terms.add(start, texts)
 
     def touch(self, ids: Sequence[int], at: float, rows: Sequence[int] | None = None) -> None:
         """Set last access of these memories (`rows`, if given, is a hint for where they are)."""
@@ -202,8 +227,8 @@ class StreamVectors:
         if self._y is not None:
             self._set_y(found)
 
-    def update(self, memory_id: int, embedding: npt.ArrayLike) -> None:
-        """Replace one memory's embedding."""
+    def update(self, memory_id: int, embedding: npt.ArrayLike, text: str | None = None) -> None:
+        """Replace one memory's embedding (and its text in the lexical index)."""
         found = self.rows_of([memory_id])
         if found.size == 0:
             return
@@ -213,6 +238,10 @@ class StreamVectors:
         self._write_rows(row, vector)
         self._inv[row] = inverse_norms(vector)[0]
         self._odd += self._count_odd(self._inv[row:row + 1])
+        if self.terms is not None:
+            if text is None:
+                raise ValueError("this stream has a lexical index: an edit needs the new text")
+            self.terms.replace(row, text)
 
     def remove(self, ids: Sequence[int]) -> None:
         """Drop rows: each hole is filled with the last row, so a removal costs O(rows removed)."""
@@ -222,6 +251,10 @@ class StreamVectors:
         self._odd -= self._count_odd(self._inv[found])
         for row in found.tolist():
             last = self.n - 1
+            if self.terms is not None:
+                self.terms.remove(row)
+                if row != last:
+                    self.terms.move(last, row)
             if row != last:
                 self._write_rows(row, self.gather([last]))
                 for column in (self._ids, self._imp, self._last, self._created, self._inv):
@@ -233,6 +266,7 @@ class StreamVectors:
             self._blocks.pop()
             self._starts.pop()
         self._limits = None
+        self._yc = None
 
     # -- internals ---------------------------------------------------------------------------------
 
@@ -340,8 +374,9 @@ class VectorIndex:
     between the load's snapshot and the write.
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, lexical: bool = False) -> None:
         self.store = store
+        self.lexical = lexical  # keep a lexical index of each stream beside its matrix
         self._streams: dict[str, StreamVectors] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._loading: dict[str, asyncio.Task[StreamVectors]] = {}
@@ -369,6 +404,9 @@ class VectorIndex:
         try:
             arrays = await self.store.load_stream(stream)
             vectors = await asyncio.to_thread(StreamVectors, arrays, copy=False)
+            if self.lexical:
+                ids, texts = await self.store.stream_texts(stream)
+                await asyncio.to_thread(vectors.index_texts, ids, texts)
             for op in self._journals.get(stream, []):
                 op(vectors)
             if self._generation.get(stream, 0) == generation:
@@ -409,19 +447,21 @@ class VectorIndex:
                     op(vectors)
 
     async def append(self, stream: str, ids: Sequence[int], embeddings: npt.ArrayLike,
-                     importance: Sequence[float], created: Sequence[float]) -> None:
+                     importance: Sequence[float], created: Sequence[float], texts: Sequence[str]) -> None:
         """New ready memories (their last access is their creation time)."""
         id_list = np.asarray([int(i) for i in ids], dtype=np.int64)
+        words = list(texts)
         matrix = np.asarray(embeddings, dtype=np.float32).reshape(len(id_list), -1)
         weights, when = np.asarray(importance, dtype=np.float64), np.asarray(created, dtype=np.float64)
 
         def op(vectors: StreamVectors) -> None:  # a memory becomes ready once: no check needed live
-            vectors.append(id_list, matrix, weights, when, when)
+            vectors.append(id_list, matrix, weights, when, when, words)
 
         def replay(vectors: StreamVectors) -> None:  # the load's snapshot may hold it already
             fresh = ~np.isin(id_list, vectors.ids)
             if fresh.any():
-                vectors.append(id_list[fresh], matrix[fresh], weights[fresh], when[fresh], when[fresh])
+                vectors.append(id_list[fresh], matrix[fresh], weights[fresh], when[fresh], when[fresh],
+                               [w for w, f in zip(words, fresh.tolist(), strict=True) if f])
 
         await self._apply(stream, op, replay)
 
@@ -429,9 +469,9 @@ class VectorIndex:
         """Set last access of these memories."""
         await self._apply(stream, lambda vectors: vectors.touch(ids, at, rows))
 
-    async def update(self, stream: str, memory_id: int, embedding: npt.ArrayLike) -> None:
-        """Replace one memory's embedding."""
-        await self._apply(stream, lambda vectors: vectors.update(memory_id, embedding))
+    async def update(self, stream: str, memory_id: int, embedding: npt.ArrayLike, text: str) -> None:
+        """Replace one memory's embedding and text."""
+        await self._apply(stream, lambda vectors: vectors.update(memory_id, embedding, text))
 
     async def remove(self, ids: Sequence[int]) -> None:
         """Drop memories from whichever stream holds them."""

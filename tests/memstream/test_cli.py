@@ -341,11 +341,11 @@ async def test_recall_takes_k_either_way_and_a_profile_and_memories_lists(
     short = json.loads(capsys.readouterr().out)
     assert await _cli("recall", "party", "--k", "2", "--persona", persona, "--json") == 0
     assert json.loads(capsys.readouterr().out) == short and len(short) == 2
-    assert await _cli("recall", "party", "--k", "4", "--profile", "actr", "--persona", persona, "--json") == 0
-    actr = json.loads(capsys.readouterr().out)
+    assert await _cli("recall", "party", "--k", "4", "--profile", "hybrid", "--persona", persona, "--json") == 0
+    hybrid = json.loads(capsys.readouterr().out)
     assert await _cli("recall", "party", "--k", "4", "--persona", persona, "--json") == 0
     spec = json.loads(capsys.readouterr().out)
-    assert [item["importance"] for item in actr] != [item["importance"] for item in spec]  # another scale
+    assert [item["score"] for item in hybrid] != [item["score"] for item in spec]  # other weights
     assert await _cli("memories", "-n", "3", "--persona", persona) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 3 and lines[0].startswith("#4 ") and "party note 3" in lines[0]

@@ -39,11 +39,13 @@ async def test_hit_and_recall_per_profile_and_label(tmp_path: Path) -> None:
     vectors.update({f"chatter {i}": cosine_vector(0.3) for i in range(8)})
     embedder = FakeEmbedder(dim=3, fixed=vectors)
     report = await evaluate(read_eval(path), config=StreamConfig(), embedder=embedder, chat=ScriptedChat(),
-                            rater_model="r", profiles=["spec", "actr"], ks=(1, 10))
-    assert report["actr"]["labels"]["old"]["hit@1"] == 1.0
+                            rater_model="r", profiles=["spec", "hybrid", "relevance", "lexical"], ks=(1, 10))
+    assert report["hybrid"]["labels"]["old"]["hit@1"] == 1.0
+    assert report["relevance"]["labels"]["old"]["hit@1"] == 1.0  # plain vector search finds it too
+    assert report["lexical"]["labels"]["old"]["hit@1"] == 1.0  # "fact" is a word of the query
     assert report["spec"]["labels"]["old"]["hit@1"] == 0.0  # yesterday's chatter swamps the March fact
     assert report["spec"]["labels"]["old"]["hit@10"] == 1.0
-    for profile in ("spec", "actr"):
+    for profile in ("spec", "hybrid"):
         recent = report[profile]["labels"]["recent"]
         assert recent["queries"] == 1 and recent["recall@10"] == 1.0 and recent["recall@1"] <= 0.5
         assert report[profile]["overall"]["queries"] == 2
