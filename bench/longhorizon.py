@@ -178,7 +178,7 @@ async def run(path: Path, model: str) -> dict[str, Any]:
     cache = ModelCache(path.with_suffix(".cache.sqlite"))
     embedder = CachedEmbedder(SentenceTransformerEmbedder.load(model), cache, f"local:{model}")
     report: dict[str, Any] = {"model": model, "lines": len(lines)}
-    configs = {"spec": StreamConfig(), "actr": StreamConfig(profile="actr"),
+    configs = {"spec": StreamConfig(), "hybrid": StreamConfig.for_profile("hybrid"),
                "spec+created": StreamConfig(recency_from="both")}
     assert set(PROFILES) <= set(configs)
     runs = [(name, config, True) for name, config in configs.items()] + [("spec (no touch)", configs["spec"], False)]

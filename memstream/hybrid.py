@@ -67,14 +67,12 @@ def rank_hybrid_reference(memories: Sequence[tuple[int, float, float, float, Seq
 
 def _lexical(vectors: StreamVectors, text: str | None, config: StreamConfig) -> tuple[F64, float]:
     """Every row's BM25 score for the query (0 where no term matches) and the largest."""
-    out = np.zeros(vectors.n, np.float64)
     if config.lexical_weight == 0 or config.weight_relevance == 0 or not text:
-        return out, 0.0
+        return np.zeros(vectors.n, np.float64), 0.0
     if vectors.terms is None:
         raise StoreError("this stream was loaded without its lexical index (VectorIndex(lexical=True))")
-    rows, scores = vectors.terms.score(text)
-    out[rows] = scores
-    return out, float(scores.max()) if scores.size else 0.0
+    scores = vectors.terms.score(text, vectors.n)
+    return scores, float(scores.max()) if scores.size else 0.0
 
 
 def _recency(vectors: StreamVectors, now: float, decay: float) -> tuple[F64, float]:
@@ -88,29 +86,40 @@ def _recency(vectors: StreamVectors, now: float, decay: float) -> tuple[F64, flo
     return min_max(np.power(decay, np.maximum(now - created, 0.0) / 3600.0)), _PROXY_ERROR
 
 
+def _query_free(vectors: StreamVectors, now: float, config: StreamConfig) -> tuple[F64, float]:
+    """w_rec * recency + w_imp * importance for every row (possibly shared), and its error bound. From the newest
+    creation on, it does not depend on the time of the query: it is computed once per set of rows."""
+    wr, wi = config.weight_recency, config.weight_importance
+
+    def make() -> F64:
+        recency, _ = _recency(vectors, now, config.decay)
+        lim = vectors.limits()
+        out: F64 = wr * recency + wi * _scaled(vectors.importance, lim["imp_min"], lim["imp_max"])
+        return out
+
+    if config.decay != 1.0 and now < float(vectors.created.max()):
+        return make(), wr * _PROXY_ERROR
+    return vectors.memo(("hybrid", config.decay, wr, wi), make), wr * _PROXY_ERROR
+
+
 def rank_hybrid(vectors: StreamVectors, query: npt.NDArray[np.float32], text: str | None, now: float,
                 config: StreamConfig, k: int) -> Ranked:
     """The top k rows of the stream under the `hybrid` profile, exactly rank_hybrid_reference's answer."""
     q64 = query.astype(np.float64)
     q_norm = query_norm(q64)
     lexical, top = _lexical(vectors, text, config)
-    share = config.lexical_weight
-    lex_part = lexical / top if top > 0.0 else None
-    recency, rec_error = _recency(vectors, now, config.decay)
-    lim = vectors.limits()
-    importance = _scaled(vectors.importance, lim["imp_min"], lim["imp_max"])
-    wr, wi, wl = config.weight_recency, config.weight_importance, config.weight_relevance
-    score = wr * recency + wi * importance
-    if lex_part is not None:
-        score += wl * share * lex_part
-    slack = wr * rec_error
+    share, wl = config.lexical_weight, config.weight_relevance
+    base, slack = _query_free(vectors, now, config)  # (shared: not to be written to)
+    score: F64 | None = None
     extremes: I64 | None = None
     if q_norm != 0.0:
         cos = _cosines(vectors, (q64 / q_norm).astype(np.float32))
         low, high = float(cos.min()), float(cos.max())
         error = _cosine_error(vectors, low, high)
         if high - low > 4 * error:
-            score += wl * (1.0 - share) * (cos.astype(np.float64) - low) / (high - low)
+            # up to a constant shared by every row (which cannot change the candidates)
+            score = np.multiply(cos, wl * (1.0 - share) / (high - low), dtype=np.float64)
+            score += base
             # each of the cosine, the low and the high is off by at most `error`
             slack += wl * (1.0 - share) * 4 * error / (high - low - 2 * error)
             margin = 2 * error
@@ -118,6 +127,10 @@ def rank_hybrid(vectors: StreamVectors, query: npt.NDArray[np.float32], text: st
         else:
             slack = math.inf
             extremes = np.arange(vectors.n, dtype=np.int64)
+    if score is None:
+        score = base.copy()
+    if top > 0.0:
+        score += lexical * (wl * share / top)
     rows = _candidates(score, slack + 1e-12, k) if math.isfinite(slack) else np.arange(vectors.n, dtype=np.int64)
     return _exact(vectors, q64, q_norm, now, config, k, rows, extremes, lexical, top)
 

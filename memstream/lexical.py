@@ -200,13 +200,13 @@ class StreamTerms:
 
     # -- reading -----------------------------------------------------------------------------------
 
-    def score(self, query: str) -> tuple[I64, F64]:
-        """(rows, BM25 scores) of the rows sharing a weighted term with the query; every other row scores 0."""
+    def score(self, query: str, rows: int) -> F64:
+        """The BM25 score of each of the first `rows` rows for the query (0 where no weighted term matches)."""
+        out = np.zeros(rows, np.float64)
         if self.live == 0:
-            return np.zeros(0, np.int64), np.zeros(0, np.float64)
+            return out
         avg = self.live_length / self.live
-        found_rows: list[I64] = []
-        found_scores: list[F64] = []
+        # Terms in sorted order, as the reference adds them: within one term, a row appears once.
         for term in sorted(set(terms(query))):
             tid = self._vocab.get(term)
             if tid is None or self._df[tid] == 0:
@@ -215,30 +215,13 @@ class StreamTerms:
             if idf <= 0.0:
                 continue
             slots = np.frombuffer(self._slots[tid], dtype=np.int64)
-            rows = self._slot_row[slots]
-            live = rows >= 0
+            found = self._slot_row[slots]
+            live = found >= 0
             tf = np.frombuffer(self._tfs[tid], dtype=np.int64)[live].astype(np.float64)
             length = self._slot_len[slots[live]].astype(np.float64)
-            found_rows.append(rows[live])
-            found_scores.append(idf * (tf * (K1 + 1.0)) / (tf + K1 * (1.0 - B + B * (length / avg))))
-        if not found_rows:
-            return np.zeros(0, np.int64), np.zeros(0, np.float64)
-        rows = np.concatenate(found_rows)
-        scores = np.concatenate(found_scores)
-        if len(found_rows) == 1:
-            return rows, scores
-        # Sum per row, adding the terms in sorted order as the reference does.
-        order = np.argsort(rows, kind="stable")
-        rows, scores = rows[order], scores[order]
-        unique, first = np.unique(rows, return_index=True)
-        summed = np.zeros(unique.size, np.float64)
-        ends = np.append(first[1:], rows.size)
-        depth = int((ends - first).max())
-        for j in range(depth):
-            at = first + j
-            ok = at < ends
-            summed[ok] += scores[at[ok]]
-        return unique.astype(np.int64), summed
+            out[found[live]] += idf * (tf * (K1 + 1.0)) / (tf + K1 * (1.0 - B + B * (length / avg)))
+            del slots
+        return out
 
 
 def _grown(values: I64, size: int, fill: int = 0) -> I64:

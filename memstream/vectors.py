@@ -48,6 +48,7 @@ class StreamVectors:
         self.n = 0
         self.terms: StreamTerms | None = None  # the lexical index, when the profile uses one (index_texts)
         self._yc: tuple[float, F64, float] | None = None
+        self._memo: dict[object, F64] = {}
         self.dim = 0
         self._blocks: list[F32] = []
         self._starts: list[int] = []
@@ -167,6 +168,14 @@ class StreamVectors:
             terms.add(row, [by_id.get(memory_id, "")])
         self.terms = terms
 
+    def memo(self, key: object, make: Callable[[], F64]) -> F64:
+        """A per-row array computed from the rows' creation times and importance only (kept until rows are
+        added or removed; last access and embeddings may change meanwhile)."""
+        found = self._memo.get(key)
+        if found is None or len(found) != self.n:
+            found = self._memo[key] = make()
+        return found
+
     def creation_proxy(self, decay: float) -> tuple[F64, float]:
         """(y, t0) with y = decay ** ((created - t0) / 3600) for every row, t0 the newest creation: recency
         from creation at any `now` >= t0 is y times one shared factor (see recency_proxy)."""
@@ -207,6 +216,7 @@ class StreamVectors:
         if self._y is not None:
             self._set_y(np.arange(start, end))
         self._yc = None
+        self._memo.clear()
         if self.terms is not None:
             if texts is None:
                 raise ValueError("this stream has a lexical index: rows need their texts")
@@ -267,6 +277,7 @@ class StreamVectors:
             self._starts.pop()
         self._limits = None
         self._yc = None
+        self._memo.clear()
 
     # -- internals ---------------------------------------------------------------------------------
 
