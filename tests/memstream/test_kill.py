@@ -4,6 +4,7 @@ doubled, the file is sound, and a killed reflection has changed nothing."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -15,11 +16,12 @@ from typing import Any
 
 import pytest
 
-from memstream import MemoryStream, Observation, Source, Store, cli
+from memstream import MemoryStream, Observation, Source, Store, StreamConfig, cli
 from memstream.testing import FakeEmbedder, ScriptedChat
 from tests.fakes.openai_server import ChatRequest, FakeOpenAIServer
 from tests.memstream.helpers import INSIGHTS, QUESTIONS
 from tests.memstream.kill_worker import STREAMS, T0, messages, persona
+from tests.memstream.test_hybrid import assert_in_step
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT = 20.0
@@ -74,10 +76,15 @@ async def test_sigkill_in_the_middle_of_a_burst_of_500_loses_and_doubles_nothing
     worker = await _spawn("-m", "tests.memstream.kill_worker", "ingest", str(db), openai_server.base_url, "500", "25")
     await _kill_when(worker, lambda: len(openai_server.requests) >= 200, "the middle of the burst")
 
-    # Restarted with in-process fakes (the server's 64-dim hashed embeddings, rating 5): only faster.
-    async with await MemoryStream.open(persona(db, openai_server.base_url), environ={}, embedder=FakeEmbedder(64),
+    # Restarted with in-process fakes (the server's 64-dim hashed embeddings, rating 5): only faster; with the
+    # hybrid profile, whose lexical index must follow what the restart completes and replays.
+    restarted = dataclasses.replace(persona(db, openai_server.base_url),
+                                    memory=StreamConfig.for_profile("hybrid", reflection_threshold=10**9))
+    async with await MemoryStream.open(restarted, environ={}, embedder=FakeEmbedder(64),
                                        chat=ScriptedChat(default="5")) as memory:
         await assert_consistent(memory.store)
+        for stream in STREAMS:  # the streams and their indexes loaded from what the kill left
+            await memory.explain("message about the party", stream=stream)
         counts = await rows(memory.store, "SELECT message_id, COUNT(*) FROM memories GROUP BY message_id")
         assert counts and all(n == 1 for _, n in counts)
         assert 25 <= len(counts) < 500  # killed mid-way: some batches stored, the rest never seen
@@ -93,6 +100,7 @@ async def test_sigkill_in_the_middle_of_a_burst_of_500_loses_and_doubles_nothing
         for stream in STREAMS:  # the importance total counts every completed memory exactly once
             [(total,)] = await rows(memory.store, "SELECT SUM(importance) FROM memories WHERE stream = ?", stream)
             assert await memory.importance_total(stream) == total
+            await assert_in_step(memory, stream, ["message number 17 party", "author 3 general", "number 499"])
 
 
 async def test_an_import_killed_mid_way_and_run_again_stores_each_line_once(
