@@ -619,7 +619,8 @@ class Store:
             frontier = set(ids) | await self._drop_traces(messages, author)
             while frontier:
                 doomed |= frontier
-                frontier = (await self._citing(frontier) | await self._replies_to(frontier)) - doomed
+                frontier = (await self._citing(frontier) | await self._replies_to(frontier)
+                            | await self._replies_using(frontier)) - doomed
             ordered = sorted(doomed - set(keep))
             for start in range(0, len(ordered), 500):
                 chunk = ordered[start:start + 500]
@@ -656,6 +657,21 @@ class Store:
             replies |= {row[0] for row in rows if row[0] is not None}
             self._residue += [row[1] for row in rows]
             await self.conn.execute(f"DELETE FROM reply_traces WHERE {where}", chunk + chunk)
+        return replies
+
+    async def _replies_using(self, ids: set[int]) -> set[int]:
+        """The replies (memories) whose prompts held one of these memories; their traces are deleted."""
+        replies: set[int] = set()
+        ordered = sorted(ids)
+        for start in range(0, len(ordered), 500):
+            chunk = ordered[start:start + 500]
+            where = f"id IN (SELECT trace_id FROM trace_items WHERE memory_id IN ({','.join('?' * len(chunk))}))"
+            async with self.conn.execute(f"SELECT reply_memory_id, query FROM reply_traces WHERE {where}",
+                                         chunk) as cur:
+                rows = list(await cur.fetchall())
+            replies |= {row[0] for row in rows if row[0] is not None}
+            self._residue += [row[1] for row in rows]
+            await self.conn.execute(f"DELETE FROM reply_traces WHERE {where}", chunk)
         return replies
 
     async def _drop_traces(self, messages: Sequence[str], author: tuple[str, str] | None) -> set[int]:
@@ -1065,6 +1081,13 @@ class Store:
                          reply_memory_id: int | None, *, query_memory_id: int | None = None,
                          query_message_id: str | None = None, query_author_id: str | None = None) -> int:
         """Record what a reply was built from, and which message (whose) it answered."""
+        async with self.transaction():
+            return await self._save_trace(stream, at, query, items, reply_memory_id, query_memory_id,
+                                          query_message_id, query_author_id)
+
+    async def _save_trace(self, stream: str, at: float, query: str, items: list[dict[str, Any]],
+                          reply_memory_id: int | None, query_memory_id: int | None, query_message_id: str | None,
+                          query_author_id: str | None) -> int:
         cursor = await self.conn.execute(
             "INSERT INTO reply_traces (stream, created_at, query, reply_memory_id, items, query_memory_id, "
             "query_message_id, query_author_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -1072,7 +1095,13 @@ class Store:
              query_author_id),
         )
         assert cursor.lastrowid is not None
+        await self.conn.executemany("INSERT OR IGNORE INTO trace_items (memory_id, trace_id) VALUES (?, ?)",
+                                    [(int(item["id"]), cursor.lastrowid) for item in items])
         return cursor.lastrowid
+
+    async def delete_trace(self, trace_id: int) -> None:
+        """Delete a reply's trace (a reply that was never delivered; its query is a message still remembered)."""
+        await self.conn.execute("DELETE FROM reply_traces WHERE id = ?", (trace_id,))
 
     async def link_reply(self, trace_id: int, message_ids: Sequence[str], reply_memory_id: int | None) -> None:
         """Attach the Discord message ids of a sent reply to its trace (and the first to its memory)."""

@@ -417,11 +417,15 @@ class MemoryStream:
     async def respond(self, message: str, *, stream: str = DEFAULT_STREAM, situation: str | None = None,
                       speaker: str = "Someone", at: datetime | None = None, observe_message: bool = True,
                       source: Source | None = None, reply_source: Source | None = None,
-                      exclude_message: str | None = None) -> Reply:
-        """Answer a message: observe it, retrieve for it, ask the agent model, observe the reply.
+                      exclude_message: str | None = None, defer_reply: bool = False) -> Reply:
+        """Answer a message: observe it, retrieve for it, ask the agent model, remember the reply.
 
-        The message's own memory never fills one of the k places (observed here, or already stored
-        from the Discord message `exclude_message`).
+        The reply is stored at once, as a pending memory, with the trace of what it was built from; then it is
+        rated and embedded like any observation (a model failure leaves it pending, retried later: the answer
+        is never lost to it). With `defer_reply` that second step is the caller's, after the reply is out:
+        `reply_sent` (or `reply_unsent` if it could not be delivered), so a reply waits for no model call but
+        the agent's. The message's own memory never fills one of the k places (observed here, or already
+        stored from the Discord message `exclude_message`).
         """
         when = at or self.clock.now()
         exclude: set[int] = set()
@@ -436,17 +440,37 @@ class MemoryStream:
         memories = await self.retriever.retrieve(message, stream=stream, at=when, exclude=exclude)
         situation = situation or f'{speaker} says to you: "{message}"'
         prompt, text = await self.agent.act(situation=situation, memories=memories, at=when, stream=stream)
-        own: Memory | None = None
-        if text:
-            own = await self.observe(f"{self.name}: {text}", stream=stream, at=when,
-                                     source=reply_source or Source(author=self.name))
         asked = source or Source()
-        trace = await self.store.save_trace(stream, to_timestamp(when), message, [
-            {"id": m.memory.id, "score": m.score, "recency": m.recency, "importance": m.importance,
-             "relevance": m.relevance, "cosine": m.cosine} for m in memories
-        ], None if own is None else own.id, query_memory_id=None if incoming is None else incoming.id,
-            query_message_id=asked.message_id or exclude_message, query_author_id=asked.author_id)
-        return Reply(text, prompt, memories, trace, own)
+        own: Memory | None = None
+        # The reply's memory (pending) and its trace: both or neither.
+        async with self._persisting, self.store.transaction():
+            if text:
+                [(own_id, _)] = await self._persist([Observation(f"{self.name}: {text}", stream, when, None,
+                                                                 reply_source or Source(author=self.name))])
+                own = await self.store.get(own_id)
+            trace = await self.store.save_trace(stream, to_timestamp(when), message, [
+                {"id": m.memory.id, "score": m.score, "recency": m.recency, "importance": m.importance,
+                 "relevance": m.relevance, "cosine": m.cosine} for m in memories
+            ], None if own is None else own.id, query_memory_id=None if incoming is None else incoming.id,
+                query_message_id=asked.message_id or exclude_message, query_author_id=asked.author_id)
+        reply = Reply(text, prompt, memories, trace, own)
+        if not defer_reply:
+            await self.reply_sent(reply, [])
+        return reply
+
+    async def reply_sent(self, reply: Reply, message_ids: Sequence[str]) -> None:
+        """The reply is out (as these Discord messages, if any): link them, then rate and embed its memory
+        (a model failure leaves it pending and retried, with a warning)."""
+        if message_ids:
+            await self.link_reply(reply, message_ids)
+        if reply.memory is not None and reply.memory.status == "pending":
+            await self.complete([reply.memory.id])
+
+    async def reply_unsent(self, reply: Reply) -> None:
+        """The reply could not be delivered: nobody saw it, so the persona does not remember saying it."""
+        if reply.memory is not None:
+            await self.forget([reply.memory.id])
+        await self.store.delete_trace(reply.trace_id)
 
     # -- inspecting and forgetting ---------------------------------------------------------------
 

@@ -95,7 +95,7 @@ class ChatCog(commands.Cog):
                 reply = await memory.respond(
                     query, stream=message_stream(message), situation=situation,
                     speaker=message.author.display_name, observe_message=False,
-                    exclude_message=str(message.id),
+                    exclude_message=str(message.id), defer_reply=True,
                     # whose message it answers: forgetting that message (or its author) forgets the trace
                     source=Source(author_id=str(message.author.id), message_id=str(message.id)),
                     reply_source=Source(author=self.bot.persona.name, author_id=str(me.id),
@@ -113,15 +113,21 @@ class ChatCog(commands.Cog):
         except MemstreamError as exc:
             log.error("could not answer message %s: %s", message.id, exc)
             return
-        if not reply.text.strip():
-            return
+        # The reply and its trace are stored (the reply as a pending memory): send first, then rate and embed
+        # it, so that an answer waits for no model call but the agent's.
         sent: list[str] = []
-        for n, part in enumerate(split_message(reply.text)):
+        for n, part in enumerate(split_message(reply.text) if reply.text.strip() else []):
             msg = await self._send_safe(message, part, first=n == 0)
             if msg is None:
                 break
             sent.append(str(msg.id))
-        await memory.link_reply(reply, sent)
+        try:
+            if sent:
+                await memory.reply_sent(reply, sent)
+            else:
+                await memory.reply_unsent(reply)
+        except MemstreamError as exc:  # the reply is out; its memory stays pending and is completed later
+            log.warning("could not record the reply to message %s: %s", message.id, exc)
 
     async def _send_safe(self, message: discord.Message, text: str, *, first: bool = True) -> discord.Message | None:
         mentions = discord.AllowedMentions(everyone=False, users=False, roles=False, replied_user=first)

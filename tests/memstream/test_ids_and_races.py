@@ -44,20 +44,21 @@ async def test_a_forgotten_id_is_never_given_again_in_any_stream(tmp_path: Path)
         assert await store.get_many([first.id, second.id]) == {}
 
 
-async def test_a_reply_trace_naming_a_forgotten_memory_never_shows_another(tmp_path: Path) -> None:
+async def test_forgetting_a_memory_a_reply_used_forgets_the_reply_and_its_trace(tmp_path: Path) -> None:
     async with await Store.open(tmp_path / "p.db") as store:
         memory = _memory(store)
         top = await memory.observe("the cake is lemon", stream="guild:1")
+        other = await memory.observe("the tea is green", stream="guild:1")
         reply = await memory.respond("what cake?", stream="guild:1", speaker="Ann", observe_message=False)
-        await memory.forget([top.id])
-        fresh = await memory.observe("a new memory in another stream", stream="dm:9")
+        assert reply.memory is not None and top.id in [m.memory.id for m in reply.memories]
         trace = await store.trace(trace_id=reply.trace_id)
-        assert trace is not None
-        named = [item["id"] for item in trace["items"]]
-        assert top.id in named and fresh.id not in named
-        shown = await store.get_many(named)
-        assert top.id not in shown  # "since forgotten", not the dm memory under the old number
-        assert all(m.stream == "guild:1" for m in shown.values())
+        assert trace is not None and top.id in [item["id"] for item in trace["items"]]
+        gone = await memory.forget([top.id])
+        assert sorted(gone) == sorted([top.id, reply.memory.id])  # the reply was built from it
+        assert await store.trace(trace_id=reply.trace_id) is None
+        assert await store.get_many([top.id, reply.memory.id, other.id]) == {other.id: other}
+        fresh = await memory.observe("a new memory in another stream", stream="dm:9")
+        assert fresh.id > reply.memory.id  # no number comes back
 
 
 async def test_an_old_file_keeps_its_ids_and_references_through_the_rebuild(tmp_path: Path) -> None:

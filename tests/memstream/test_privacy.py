@@ -22,6 +22,7 @@ from memstream import (
     StreamConfig,
     cli,
 )
+from memstream.store import NewMemory
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.memstream.helpers import AGENT, INSIGHTS, QUESTIONS
@@ -130,13 +131,38 @@ async def test_purging_a_server_leaves_no_byte_of_it(memory: MemoryStream, db: P
 
 
 async def test_forgetting_one_observation_keeps_unrelated_replies(memory: MemoryStream, clock: FakeClock) -> None:
-    await memory.observe_many([Observation("Maria: hello", STREAM, source=Source(author_id="8", message_id="m3"))])
+    await memory.observe_many([Observation("Maria: hello", STREAM, source=Source(author_id="8", message_id="m2"))])
     reply = await memory.respond("hi there", stream=STREAM, speaker="Maria", observe_message=False,
                                  source=Source(author_id="8", message_id="m9"))
     assert reply.memory is not None
-    await memory.forget_messages(["m3"])  # not the message the reply answered
+    await memory.observe_many([Observation("Maria: bye", STREAM, source=Source(author_id="8", message_id="m3"))])
+    await memory.forget_messages(["m3"])  # neither the message the reply answered nor one it was built from
     assert (await memory.get(reply.memory.id)).text.startswith("Isabella:")
     assert await memory.explain_reply(trace_id=reply.trace_id) is not None
+
+
+async def test_deleting_a_message_deletes_the_replies_built_from_it_and_what_cites_them(
+        memory: MemoryStream, db: Path) -> None:
+    """bob's message is deleted: the persona's reply that used it (to answer ann) goes, with its trace, the
+    insight citing that reply, and every byte of both."""
+    await memory.observe_many([Observation(f"Bob: my favourite colour is {SECRET}", STREAM,
+                                           source=Source(author="Bob", author_id="5", message_id="b1")),
+                               Observation("Ann: I like tea", STREAM,
+                                           source=Source(author="Ann", author_id="6", message_id="a0"))])
+    reply = await memory.respond("what is Bob's favourite colour?", stream=STREAM, speaker="Ann",
+                                 observe_message=False, source=Source(author_id="6", message_id="a1"))
+    assert reply.memory is not None and SECRET in reply.memory.text  # the scripted agent quotes it
+    [insight] = await memory.store.save_reflection(STREAM, [(NewMemory(
+        STREAM, "reflection", "Isabella told Ann a colour", 0.0, importance=5, depth=1), [reply.memory.id])], at=0.0)
+    assert [m.memory.id for m in await memory.explain(SECRET, stream=STREAM, k=5)][:1] != []
+    await memory.forget_messages(["b1"])
+    left = {m.id for m in await memory.recent(STREAM, 50)}
+    assert reply.memory.id not in left and insight not in left
+    assert await memory.explain_reply(trace_id=reply.trace_id) is None
+    assert all(SECRET not in m.memory.text for m in await memory.explain(SECRET, stream=STREAM, k=5))
+    assert [m.text for m in await memory.recent(STREAM, 50)] == ["Ann: I like tea"]
+    await memory.close()
+    assert leftovers(db, SECRET) == []
 
 
 async def test_a_password_in_the_base_url_is_refused_and_never_shows(tmp_path: Path,
