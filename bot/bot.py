@@ -17,7 +17,7 @@ from memstream import MemoryNotFound, MemoryStream, MemstreamError, PersonaConfi
 __all__ = ["COGS", "OneLineReconnects", "PersonaBot", "invite_url", "stream_key"]
 
 log = logging.getLogger("bot")
-COGS = ("bot.cogs.observe", "bot.cogs.chat", "bot.cogs.memory")
+COGS = ("bot.cogs.observe", "bot.cogs.chat", "bot.cogs.memory", "bot.cogs.mydata")
 # How long closing waits for queued observations to be stored (SIGTERM: a container stops within seconds).
 CLOSE_DRAIN_SECONDS = 5.0
 # A stream key in an error text ("in stream 'guild:2100'"): shown to people as "in this server".

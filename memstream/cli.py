@@ -22,6 +22,7 @@ from memstream.config import PersonaConfig, load_persona
 from memstream.errors import ConfigError, MemstreamError, ProviderError
 from memstream.evaluate import CachedChat, CachedEmbedder, ModelCache, evaluate, read_eval
 from memstream.exits import EXIT_BAD_INPUT, EXIT_PENDING, exit_status
+from memstream.export import author_document, document_text, private_file, write_stream
 from memstream.filecare import backup, salvage
 from memstream.history import parse_time, read_history
 from memstream.llm import Completion
@@ -453,6 +454,33 @@ def eval_lines(report: dict[str, Any], ks: Sequence[int]) -> list[str]:
     return lines
 
 
+async def cmd_export(memory: MemoryStream, args: argparse.Namespace) -> int:
+    """A data-access request (--author: one JSON document), or a stream as import lines (--stream)."""
+    out = args.output
+    with contextlib.ExitStack() as stack:
+        handle = sys.stdout if out is None else stack.enter_context(private_file(out, force=args.force))
+        if args.author is not None:
+            document = await author_document(memory.store, persona=memory.name, author_id=args.author,
+                                             at=memory.now())
+            handle.write(document_text(document))
+            count, what = document["count"], f"author {args.author}"
+            streams = sorted({m["stream"] for m in document["memories"]})
+            data: dict[str, Any] = {"author_id": args.author, "memories": count, "streams": streams}
+        else:
+            done = await write_stream(memory.store, args.stream, handle)
+            count, what = done.lines, f"stream {args.stream}"
+            data = {"stream": args.stream, "memories": count, "reflections_left_out": done.reflections}
+        handle.flush()
+    if out is not None:  # stdout is free for a summary
+        lines = [f"exported {count} memory(ies) of {what} to {out}"
+                 + (f" from {len(data['streams'])} stream(s)" if "streams" in data else "")]
+        if data.get("reflections_left_out"):
+            lines.append(f"{data['reflections_left_out']} insight(s) left out: they are drawn again after an "
+                         "import (memstream import --reflect)")
+        _emit(args, {**data, "file": str(out)}, lines)
+    return 0
+
+
 async def cmd_backup(args: argparse.Namespace, persona: PersonaConfig) -> int:
     """A consistent copy of the persona's database, safe while the bot runs."""
     source = Path(persona.database)
@@ -506,6 +534,7 @@ COMMANDS: dict[str, tuple[Callable[[MemoryStream, argparse.Namespace], Coroutine
     "observe": (cmd_observe, True), "import": (cmd_import, True), "recall": (cmd_recall, True),
     "reflect": (cmd_reflect, True), "why": (cmd_why, False), "stats": (cmd_stats, False),
     "chat": (cmd_chat, True), "forget": (cmd_forget, False), "memories": (cmd_memories, False),
+    "export": (cmd_export, False),
 }
 
 
@@ -559,6 +588,12 @@ def _stream_key(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("must be a non-empty key such as guild:123, dm:456 or default")
     return text
+
+
+def _user_id(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must be a Discord user id such as 123456789012345678")
+    return text.strip()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -623,6 +658,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--author", help="a Discord user id: everything they said")
     p.add_argument("--message", action="append", help="a Discord message id (repeatable)")
     p.add_argument("--all", action="store_true", help="the whole stream given with --stream")
+    p = sub.add_parser("export", parents=[common], help="export a user's memories (access requests) or a stream",
+                       description="--author USER_ID: everything the persona remembers from that Discord user's "
+                                   "messages, in every stream, as one JSON document (for a data-access request). "
+                                   "--stream KEY: a whole stream's observations as the JSONL lines `memstream "
+                                   "import` reads (texts, times, authors, message ids, importance), oldest first; "
+                                   "insights are left out. Written to standard output, or to a new file with -o.")
+    chosen = p.add_mutually_exclusive_group(required=True)
+    chosen.add_argument("--author", type=_user_id, metavar="USER_ID", help="a Discord user id")
+    chosen.add_argument("--stream", type=_stream_key, metavar="KEY", help="a stream key, e.g. guild:123 or dm:456")
+    p.add_argument("-o", "--output", type=Path, metavar="FILE", help="write to this new file (readable by you only)")
+    p.add_argument("--force", action="store_true", help="replace FILE if it exists")
     sub.add_parser("stats", parents=[common, scoped], help="counts, importance histogram, model calls",
                    description="Counts, importance histogram, fallback ratings and model calls.")
     p = sub.add_parser("eval", parents=[common], help="measure retrieval on a labeled file, per scoring profile",

@@ -25,6 +25,10 @@ __all__ = ["HistoryFile", "parse_time", "read_dce", "read_history", "read_jsonl"
 # DiscordChatExporter message types that are people talking (joins, pins, calls... are not).
 _DCE_TALK = {"Default", "Reply", "ThreadStarterMessage"}
 _DM_TYPES = {"DirectTextChat", "DirectGroupTextChat"}
+# The keys of a JSONL line; the source keys are what `memstream export --stream` writes beside text and time.
+_SOURCE_KEYS = ("author", "author_id", "channel", "channel_id", "message_id")
+_JSONL_KEYS_SHOWN = ("text", "at", "stream", "importance", "id", *_SOURCE_KEYS)
+_JSONL_KEYS = set(_JSONL_KEYS_SHOWN)
 
 
 @dataclass(frozen=True)
@@ -75,7 +79,8 @@ def read_history(path: Path, *, stream: str | None = None, importance: int | Non
 
 
 def read_jsonl(path: Path, text: str, *, stream: str | None = None, importance: int | None = None) -> HistoryFile:
-    """Lines of {"text", "at", optional "stream", "importance", "author", "id"}."""
+    """Lines of {"text", "at", optional "stream", "importance", "author", "id"} (and, as `memstream export
+    --stream` writes them, "author_id", "channel", "channel_id" and a verbatim "message_id")."""
     found, errors = [], []
     for number, raw in enumerate(text.splitlines(), 1):
         if not raw.strip():
@@ -101,10 +106,9 @@ def _jsonl_line(raw: str, default_stream: str | None, default_importance: int | 
     data = json.loads(raw)
     if not isinstance(data, dict):
         raise ValueError("each line must be a JSON object")
-    unknown = set(data) - {"text", "at", "stream", "importance", "author", "id"}
+    unknown = set(data) - _JSONL_KEYS
     if unknown:
-        raise ValueError(f"unknown key(s) {', '.join(sorted(unknown))}; "
-                         "allowed: text, at, stream, importance, author, id")
+        raise ValueError(f"unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(_JSONL_KEYS_SHOWN)}")
     text, at = data.get("text"), data.get("at")
     if not isinstance(text, str) or not text.strip():
         raise ValueError('"text" must be a non-empty string')
@@ -114,15 +118,19 @@ def _jsonl_line(raw: str, default_stream: str | None, default_importance: int | 
     stream = data.get("stream", default_stream or "default")
     if not isinstance(stream, str) or not stream:
         raise ValueError('"stream" must be a non-empty string')
-    author = data.get("author")
-    if author is not None and not isinstance(author, str):
-        raise ValueError('"author" must be a string')
-    for name in ("text", "stream", "author", "id"):
+    for name in _SOURCE_KEYS:
+        if data.get(name) is not None and not isinstance(data[name], str):
+            raise ValueError(f'"{name}" must be a string')
+    for name in ("text", "stream", "id", *_SOURCE_KEYS):
         if isinstance(data.get(name), str):
             check_text(data[name], f'"{name}"')
+    if data.get("message_id") is not None and data.get("id") is not None:
+        raise ValueError('give "id" (a key of your own) or "message_id" (kept as it is), not both')
     key = str(data.get("id") or hashlib.sha256(raw.strip().encode()).hexdigest()[:24])
+    message_id = data.get("message_id") or f"import:{key}"
     return Observation(text, stream, parse_time(at), value if value is not None else default_importance,
-                       Source(author=author, message_id=f"import:{key}"))
+                       Source(author=data.get("author"), author_id=data.get("author_id"), channel=data.get("channel"),
+                              channel_id=data.get("channel_id"), message_id=message_id))
 
 
 def read_dce(path: Path, data: dict[str, Any], *, stream: str | None = None, importance: int | None = None,

@@ -806,6 +806,32 @@ class Store:
         ) as cur:
             return [row[0] for row in await cur.fetchall()]
 
+    async def author_memories(self, author_id: str, *, stream: str | None = None) -> list[Memory]:
+        """The observations made from one author's messages, oldest first: in one stream, or in every one."""
+        where, args = ("stream = ? AND ", [stream]) if stream is not None else ("", [])
+        async with self.conn.execute(
+            f"SELECT {_COLUMNS} FROM memories WHERE {where}author_id = ? AND kind = 'observation' "
+            "ORDER BY created_at, id", [*args, author_id],
+        ) as cur:
+            return [_memory(row) for row in await cur.fetchall()]
+
+    async def stream_pages(self, stream: str, *, page: int = 1000) -> AsyncIterator[list[Memory]]:
+        """Every memory of a stream, pending ones too, oldest first, a page at a time (a long stream is never
+        held whole)."""
+        after: tuple[float, int] | None = None
+        while True:
+            where, args = ("", []) if after is None else (
+                "AND (created_at > ? OR (created_at = ? AND id > ?))", [after[0], after[0], after[1]])
+            async with self.conn.execute(
+                f"SELECT {_COLUMNS} FROM memories WHERE stream = ? {where} ORDER BY created_at, id LIMIT ?",
+                [stream, *args, page],
+            ) as cur:
+                rows = list(await cur.fetchall())
+            if not rows:
+                return
+            yield [_memory(row) for row in rows]
+            after = (rows[-1][4], rows[-1][0])
+
     async def by_message(self, message_ids: Sequence[str]) -> list[int]:
         """Ids of the memories made from these Discord messages, in any stream."""
         found: list[int] = []

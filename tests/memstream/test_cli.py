@@ -136,7 +136,7 @@ def test_an_unreachable_server_is_a_one_line_error(tmp_path: Path, capsys: pytes
 
 
 def test_every_command_has_help(capsys: pytest.CaptureFixture[str]) -> None:
-    for command in ("chat", "observe", "import", "recall", "reflect", "why", "stats", "eval", "bot"):
+    for command in ("chat", "observe", "import", "recall", "reflect", "why", "stats", "eval", "export", "bot"):
         with pytest.raises(SystemExit) as done:
             main([command, "--help"])
         assert done.value.code == 0

@@ -138,3 +138,22 @@ async def test_observe_refuses_a_time_outside_the_window(memory: MemoryStream) -
     assert await memory.store.recent("default", 10, include_pending=True) == []
     memory_ok = await memory.observe("in range", at=datetime(2024, 5, 1, tzinfo=UTC))
     assert memory_ok.id > 0
+
+
+def test_jsonl_lines_keep_where_they_came_from_and_refuse_bad_source_keys(tmp_path: Path) -> None:
+    path = tmp_path / "lines.jsonl"
+    line = {"text": "Klaus in #general: hi", "at": "2024-03-01T10:00:00Z", "stream": "guild:1", "author": "Klaus",
+            "author_id": "500", "channel": "general", "channel_id": "222", "message_id": "1000"}
+    path.write_text(json.dumps(line) + "\n" + json.dumps({"text": "x", "at": "2024-03-01T10:00:00Z", "id": "k"}))
+    first, second = read_history(path).observations
+    assert (first.source.author, first.source.author_id, first.source.channel, first.source.channel_id,
+            first.source.message_id) == ("Klaus", "500", "general", "222", "1000")  # a Discord id stays as it is
+    assert second.source.message_id == "import:k" and second.source.author_id is None
+    path.write_text(json.dumps({**line, "author_id": 500}) + "\n" + json.dumps({**line, "id": "k"}) + "\n"
+                    + json.dumps({**line, "reactions": 3}))
+    with pytest.raises(ConfigError) as failed:
+        read_history(path)
+    message = str(failed.value)
+    assert 'line 1: "author_id" must be a string' in message
+    assert 'line 2: give "id" (a key of your own) or "message_id"' in message
+    assert "line 3: unknown key(s) reactions; allowed: text, at, stream, importance, id, author, author_id" in message
