@@ -170,7 +170,7 @@ async def cmd_import(memory: MemoryStream, args: argparse.Namespace) -> int:
 
 async def _finish_pending(memory: MemoryStream, chunk: int = 1000) -> None:
     """Complete every pending memory (not only the first thousand), a chunk at a time, each tried once."""
-    ids = [m.id for m in await memory.store.pending_memories(limit=2**62)]
+    ids = [m.id for m in await memory.store.pending_memories(limit=2**62, claim=True)]
     for start in range(0, len(ids), chunk):
         await memory.complete(ids[start:start + chunk])
 

@@ -15,6 +15,7 @@ from typing import Any, Protocol, Self
 import numpy as np
 import numpy.typing as npt
 
+from memstream.errors import StoreError
 from memstream.records import EvidenceNode, Memory
 from memstream.store.records import NewMemory, StreamArrays, UsageRow
 from memstream.store.sqlite import SQLiteStore
@@ -47,6 +48,13 @@ class Store(Protocol):
         A `postgresql://` URL opens PostgreSQL (memstream[postgres]); anything else is a SQLite file.
         `migrations`: another folder of migrations (tests); `load_processes`: see SQLiteStore.open.
         """
+        if is_database_url(location):
+            try:
+                from memstream.store.postgres import PostgresStore  # optional: memstream[postgres]
+            except ImportError as exc:
+                raise StoreError(f"a PostgreSQL database needs memstream's postgres extra: pip install "
+                                 f"'memstream[postgres]' ({exc})") from exc
+            return await PostgresStore.open(location, migrations=migrations, load_processes=load_processes)
         return await SQLiteStore.open(location, migrations=migrations, load_processes=load_processes)
 
     async def close(self) -> None:
@@ -113,8 +121,12 @@ class Store(Protocol):
         """A stream's most recent memories, newest first (ties: the larger id first)."""
         ...
 
-    async def pending_memories(self, limit: int = 1000, *, due_at: float | None = None) -> list[Memory]:
-        """Pending memories, oldest (smallest id) first; with `due_at`, only those whose retry is due."""
+    async def pending_memories(self, limit: int = 1000, *, due_at: float | None = None,
+                               claim: bool = False) -> list[Memory]:
+        """Pending memories, oldest (smallest id) first; with `due_at`, only those whose retry is due. With
+        `claim`, the memories returned are this process's to complete for a while: another process's call
+        (with `claim`) skips them, so two processes never work on one pending memory (SQLite: one process
+        writes a file at a time, and completing twice is refused anyway; claim changes nothing there)."""
         ...
 
     async def find_message(self, stream: str, message_id: str) -> int | None:
@@ -157,9 +169,17 @@ class Store(Protocol):
         """One memory's embedding; MemoryNotFound if it has none."""
         ...
 
-    async def changed_elsewhere(self) -> bool:
-        """Whether another connection (another process) has written since the last call: the in-memory
-        matrices reload what they hold when it says so. The first call only sets the mark (False)."""
+    async def changed_elsewhere(self, streams: Iterable[str] = ()) -> set[str]:
+        """Of these streams (whose matrices the caller holds), those another connection (another process)
+        may have written to since the last call or their load: the caller reloads them. SQLite cannot tell
+        streams apart (every stream, after any other connection's commit); the first call only sets the
+        mark. PostgreSQL compares per-stream change versions."""
+        ...
+
+    def reflection_claim(self, stream: str) -> contextlib.AbstractAsyncContextManager[bool]:
+        """Whether this process may reflect on `stream` now: while the block runs, no other process sharing
+        the store does (yields False at once while another one holds it). SQLite: always True (a file has
+        one persona process)."""
         ...
 
     # -- reflections and evidence

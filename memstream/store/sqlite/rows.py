@@ -231,9 +231,10 @@ class Rows(Counters):
         ) as cur:
             return [_memory(row) for row in await cur.fetchall()]
 
-    async def pending_memories(self, limit: int = 1000, *, due_at: float | None = None) -> list[Memory]:
+    async def pending_memories(self, limit: int = 1000, *, due_at: float | None = None,
+                               claim: bool = False) -> list[Memory]:
         """Memories waiting for a rating or an embedding, oldest first; with `due_at`, only those whose
-        next attempt is due by then."""
+        next attempt is due by then. `claim` changes nothing here (see Store.pending_memories)."""
         async with self.conn.execute(
             f"SELECT {_COLUMNS} FROM memories WHERE status = 'pending' AND (? IS NULL OR next_attempt_at IS NULL "
             "OR next_attempt_at <= ?) ORDER BY id LIMIT ?", (due_at, due_at, limit)
