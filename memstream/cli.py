@@ -28,6 +28,7 @@ from memstream.history import parse_time, read_history
 from memstream.llm import Completion
 from memstream.profiles import BASELINES, PROFILES, configured
 from memstream.records import EvidenceNode, Memory, ScoredMemory
+from memstream.store import is_database_url
 from memstream.stream import DEFAULT_STREAM, MemoryStream, Reply, connect_models
 from memstream.terminal import visible, visible_json
 
@@ -421,7 +422,8 @@ async def cmd_eval(args: argparse.Namespace, persona: PersonaConfig) -> int:
     """Replay a labeled file per scoring profile; hit@k and recall@k, overall and per label."""
     lines = read_eval(Path(args.file))
     chat, embedder, client = connect_models(persona)
-    cache = ModelCache(args.cache or persona.database.parent / "eval-cache.sqlite")
+    beside = Path.cwd() if isinstance(persona.database, str) else persona.database.parent
+    cache = ModelCache(args.cache or beside / "eval-cache.sqlite")
     try:
         report = await evaluate(
             lines, config=persona.memory, embedder=CachedEmbedder(embedder, cache, persona.models.embedding),
@@ -483,6 +485,9 @@ async def cmd_export(memory: MemoryStream, args: argparse.Namespace) -> int:
 
 async def cmd_backup(args: argparse.Namespace, persona: PersonaConfig) -> int:
     """A consistent copy of the persona's database, safe while the bot runs."""
+    if isinstance(persona.database, str):
+        raise ConfigError("backup copies a SQLite file; back up a PostgreSQL database with pg_dump, or copy it to a "
+                          "file with: memstream copy")
     source = Path(persona.database)
     pages = await asyncio.to_thread(backup, source, args.dest, force=args.force,
                                     progress=lambda done, total: _progress(done, total, max(1, total // 10), "copied"))
@@ -596,12 +601,18 @@ def _user_id(text: str) -> str:
     return text.strip()
 
 
+def _database(value: str) -> Path | str:
+    """A --db value: a PostgreSQL URL as given, else a file path."""
+    return value if is_database_url(value) else Path(value)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every command."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--persona", default=os.environ.get("MEMSTREAM_PERSONA", DEFAULT_PERSONA),
                         help="persona file (default: $MEMSTREAM_PERSONA or %(default)s)")
-    common.add_argument("--db", type=Path, help="use this database file instead of the persona's")
+    common.add_argument("--db", type=_database, help="use this database (a file, or a postgresql:// URL) instead of "
+                        "the persona's")
     common.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_argument("-v", "--verbose", action="store_true", help="log what happens")
     scoped = argparse.ArgumentParser(add_help=False)
@@ -614,7 +625,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"memstream {_version()}")
     # The common options are accepted before the command too (memstream --persona FILE stats).
     parser.add_argument("--persona", dest="top_persona", help=argparse.SUPPRESS)
-    parser.add_argument("--db", dest="top_db", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--db", dest="top_db", type=_database, help=argparse.SUPPRESS)
     parser.add_argument("--json", dest="top_json", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("-v", "--verbose", dest="top_verbose", action="store_true", help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

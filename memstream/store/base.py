@@ -17,18 +17,11 @@ import numpy.typing as npt
 
 from memstream.errors import StoreError
 from memstream.records import EvidenceNode, Memory
+from memstream.store.location import is_database_url
 from memstream.store.records import NewMemory, StreamArrays, UsageRow
 from memstream.store.sqlite import SQLiteStore
 
-__all__ = ["Store", "is_database_url"]
-
-_URL_SCHEMES = ("postgresql://", "postgres://")
-
-
-def is_database_url(location: str | Path) -> bool:
-    """Whether a database setting names a PostgreSQL server (a URL), not a SQLite file (a path)."""
-    return isinstance(location, str) and location.startswith(_URL_SCHEMES)
-
+__all__ = ["Store"]
 
 class Store(Protocol):
     """One persona's memory: every stream's memories, evidence, traces, counters and meta.

@@ -6,31 +6,20 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from pgvector.psycopg import register_vector_async
 from psycopg_pool import AsyncConnectionPool
 
 from memstream.errors import StoreError, StoreFull, StoreReadOnly
+from memstream.store.location import redact
 
-__all__ = ["POOL_SIZE", "Conn", "connect", "make_pool", "mapped_errors", "redact", "store_error"]
+__all__ = ["POOL_SIZE", "Conn", "connect", "make_pool", "mapped_errors", "store_error"]
 
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 # Connections one process keeps open to the database (a reflection holds one for its claim).
 POOL_SIZE = 8
 CONNECT_TIMEOUT_SECONDS = 10
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    port = f":{parts.port}" if parts.port else ""
-    return urlunsplit(parts._replace(netloc=f"{user}{host}{port}"))
 
 
 def store_error(exc: BaseException, where: str) -> StoreError:
@@ -40,7 +29,8 @@ def store_error(exc: BaseException, where: str) -> StoreError:
         return StoreFull(f"{where}: the database server's disk is full; nothing was written")
     if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
         return StoreReadOnly(f"{where}: the database is read-only (a standby?); nothing was written")
-    if isinstance(exc, psycopg.OperationalError):
+    state = getattr(exc, "sqlstate", None)
+    if isinstance(exc, psycopg.OperationalError) and (state is None or state.startswith(("08", "57P"))):
         return StoreError(f"{where}: cannot reach the database server ({first}); is it running, and is the URL "
                           "right?")
     return StoreError(f"{where}: {first}")

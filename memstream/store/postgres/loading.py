@@ -28,12 +28,12 @@ def _split(counts: list[tuple[int, int]], parts: int) -> list[tuple[int, int, in
     """(low, high, rows) ranges of about equal rows from (id bucket start, rows) counts, in id order."""
     total = sum(n for _, n in counts)
     out: list[tuple[int, int, int]] = []
-    low, rows = None, 0
+    low, rows, seen = None, 0, 0
     for i, (start, n) in enumerate(counts):
         low = start if low is None else low
-        rows += n
+        rows, seen = rows + n, seen + n
         last = i + 1 == len(counts)
-        if last or (rows >= total * (len(out) + 1) / parts and len(out) + 1 < parts):
+        if last or (seen >= total * (len(out) + 1) / parts and len(out) + 1 < parts):
             high = (counts[i + 1][0] - 1) if not last else 2**63 - 1
             out.append((low, high, rows))
             low, rows = None, 0

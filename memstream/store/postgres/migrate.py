@@ -10,8 +10,9 @@ from pathlib import Path
 import psycopg
 
 from memstream.errors import MigrationError, SchemaTooNew
+from memstream.store.location import redact
 from memstream.store.migrations import Migration, all_migrations, migration_dir
-from memstream.store.postgres.connection import Conn, connect, mapped_errors, redact
+from memstream.store.postgres.connection import Conn, connect, mapped_errors
 
 __all__ = ["applied", "migrate", "postgres_migrations"]
 

@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Self
 
 from memstream.errors import StoreError
+from memstream.store.location import redact
 from memstream.store.postgres.claims import Claims
-from memstream.store.postgres.connection import make_pool, redact
+from memstream.store.postgres.connection import make_pool
 from memstream.store.postgres.migrate import migrate, postgres_migrations
 
 __all__ = ["PostgresStore"]
