@@ -20,6 +20,7 @@ from memstream.records import EvidenceNode, Memory
 from memstream.store.location import is_database_url
 from memstream.store.records import NewMemory, StreamArrays, UsageRow
 from memstream.store.sqlite import SQLiteStore
+from memstream.store.tables import Table
 
 __all__ = ["Store"]
 
@@ -288,4 +289,32 @@ class Store(Protocol):
 
     async def set_meta(self, key: str, value: str) -> None:
         """Set a value of the meta table."""
+        ...
+
+    # -- whole rows, for copying a persona between backends (memstream copy)
+
+    async def table_rows(self, table: Table, after: Sequence[Any] | None, limit: int) -> list[tuple[Any, ...]]:
+        """Up to `limit` rows of `table` (its columns as in tables.TABLES) whose key is after `after` (all,
+        if None), in key order, text compared bytewise; embeddings as float32 arrays."""
+        ...
+
+    async def put_rows(self, table: Table, rows: Sequence[Sequence[Any]]) -> None:
+        """Write rows as they are (same ids) in one transaction; a row whose key is already there is left
+        alone, so writing a batch twice stores it once."""
+        ...
+
+    async def last_key(self, table: Table) -> tuple[Any, ...] | None:
+        """The largest key in `table`, in table_rows' order (None if empty)."""
+        ...
+
+    async def count_rows(self, table: Table) -> int:
+        """Rows in `table`."""
+        ...
+
+    async def id_floor(self, table: Table) -> int:
+        """The largest id `table` ever gave, deleted ones included (0 for a table without ids)."""
+        ...
+
+    async def raise_id_floor(self, table: Table, floor: int) -> None:
+        """New ids of `table` start above `floor` (never lowered)."""
         ...

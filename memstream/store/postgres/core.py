@@ -1,7 +1,7 @@
 """The PostgreSQL store's connections, its write transactions, its meta table and per-stream change versions.
 
 PostgresStore is built in layers like SQLiteStore, one module per concept, each a class adding to the one
-below: core -> counters -> rows -> loading -> evidence -> traces -> deletion -> claims -> store.
+below: core -> counters -> rows -> loading -> evidence -> traces -> deletion -> claims -> transfer -> store.
 
 Every statement runs on a pooled autocommit connection, or on the connection of the transaction the calling
 task is inside (`transaction()`), so nested calls join it, and other tasks run beside it on their own

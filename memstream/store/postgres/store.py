@@ -8,14 +8,14 @@ from typing import Self
 
 from memstream.errors import StoreError
 from memstream.store.location import redact
-from memstream.store.postgres.claims import Claims
 from memstream.store.postgres.connection import make_pool
 from memstream.store.postgres.migrate import migrate, postgres_migrations
+from memstream.store.postgres.transfer import Transfer
 
 __all__ = ["PostgresStore"]
 
 
-class PostgresStore(Claims):
+class PostgresStore(Transfer):
     """Async access to one persona's PostgreSQL database. Open with `await PostgresStore.open(url)`."""
 
     @classmethod
