@@ -11,7 +11,7 @@ import numpy as np
 from memstream.store import Store
 
 
-async def main(url: str, out: Path) -> None:
+async def main(url: str) -> list[int]:
     done: list[int] = []
     async with await Store.open(url) as store:
         while claimed := await store.pending_memories(7, claim=True):
@@ -19,8 +19,8 @@ async def main(url: str, out: Path) -> None:
                 items = [(m.id, 5, "rater", np.ones(4, np.float32)) for m in claimed if m.stream == stream]
                 done += await store.complete_many(stream, items)
             await asyncio.sleep(0)
-    out.write_text(" ".join(map(str, done)))
+    return done
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], Path(sys.argv[2])))
+    Path(sys.argv[2]).write_text(" ".join(map(str, asyncio.run(main(sys.argv[1])))))

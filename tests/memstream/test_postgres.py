@@ -150,9 +150,9 @@ async def test_a_failed_attempt_lets_another_process_try(postgres_url: str) -> N
 async def test_one_process_reflects_on_a_stream_at_a_time(postgres_url: str) -> None:
     a, b = await Store.open(postgres_url), await Store.open(postgres_url)
     try:
-        async with a.reflection_claim("guild:1") as first:
-            async with b.reflection_claim("guild:1") as second, b.reflection_claim("guild:2") as other:
-                assert (first, second, other) == (True, False, True)
+        async with a.reflection_claim("guild:1") as first, b.reflection_claim("guild:1") as second, \
+                b.reflection_claim("guild:2") as other:
+            assert (first, second, other) == (True, False, True)
         async with b.reflection_claim("guild:1") as later:
             assert later
     finally:
