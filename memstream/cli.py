@@ -697,6 +697,14 @@ def build_parser() -> argparse.ArgumentParser:
                                    "what could not be read.")
     p.add_argument("src", type=Path)
     p.add_argument("dest", type=Path)
+    p = sub.add_parser("web", parents=[common], help="the memory dashboard in the browser (read-only)",
+                       description="Serve a dashboard of the persona's memory: streams, timeline, search ranking "
+                                   "with score parts, evidence graphs, stats. Read-only unless --allow-forget; on "
+                                   "127.0.0.1 unless --host, which then needs a token.")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    p.add_argument("--port", type=int, default=8765, help="port (default: %(default)s; 0 picks a free one)")
+    p.add_argument("--allow-forget", action="store_true", help="offer a forget button on each memory")
+    p.add_argument("--token", help="require this token (default: $MEMSTREAM_WEB_TOKEN; needed beyond localhost)")
     sub.add_parser("bot", parents=[common], help="run the persona on Discord (needs DISCORD_TOKEN)",
                    description="Run the persona as a Discord bot (one process per persona).")
     return parser
@@ -716,6 +724,10 @@ async def _run(args: argparse.Namespace) -> int:
         return await cmd_backup(args, persona)
     if args.command == "eval":
         return await cmd_eval(args, persona)
+    if args.command == "web":  # aiohttp is imported only to serve
+        from memstream.web.serve import run as run_web
+
+        return await run_web(args, persona)
     function, needs_models = COMMANDS[args.command]
     if args.command == "forget":
         _forget_selection(args)

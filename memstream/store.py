@@ -34,6 +34,13 @@ __all__ = ["Migration", "NewMemory", "Store", "StreamArrays", "deferred_touches"
 log = logging.getLogger("memstream.store")
 _COLUMNS = ("id, stream, kind, text, created_at, last_accessed_at, importance, importance_source, depth, "
             "author, author_id, channel, channel_id, message_id, status")
+# A model call also counts in its UTC day's row (the wall clock's day: when the call was made, even in a replay).
+_DAILY_USAGE = ("INSERT INTO model_usage_daily (stream, role, day, calls, failures, prompt_tokens, completion_tokens, "
+                "retries) VALUES (?1, ?2, CAST(strftime('%s', 'now') AS INTEGER) / 86400 * 86400, ?3, ?4, ?5, ?6, ?7) "
+                "ON CONFLICT (stream, role, day) DO UPDATE SET calls = calls + excluded.calls, "
+                "failures = failures + excluded.failures, prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
+                "completion_tokens = completion_tokens + excluded.completion_tokens, "
+                "retries = retries + excluded.retries")
 _MIGRATION_NAME = re.compile(r"^(\d+)_(\w+)\.sql$")
 # A pending observation whose model calls failed waits RETRY_BASE * 2**(failures - 1) seconds, at most
 # RETRY_CAP, before it is tried again (a restart tries every pending observation at once).
@@ -753,7 +760,7 @@ class Store:
         self._vacuum_due = True  # a whole stream: rewriting the file is cheaper than looking for its texts
         async with self.transaction():
             cursor = await self.conn.execute("DELETE FROM memories WHERE stream = ?", (stream,))
-            for table in ("reply_traces", "stream_state", "model_usage", "faults"):
+            for table in ("reply_traces", "stream_state", "model_usage", "model_usage_daily", "faults"):
                 await self.conn.execute(f"DELETE FROM {table} WHERE stream = ?", (stream,))
         return cursor.rowcount
 
@@ -1045,6 +1052,8 @@ class Store:
             "retries = retries + excluded.retries",
             (stream, role, calls, failures, prompt_tokens, completion_tokens, retries),
         )
+        await self.conn.execute(_DAILY_USAGE,
+                                (stream, role, calls, failures, prompt_tokens, completion_tokens, retries))
 
     async def count_fault(self, stream: str, kind: str, count: int = 1) -> None:
         """Count a degraded outcome (rating_fallback, insight_dropped, questions_trimmed, ...)."""
@@ -1084,6 +1093,7 @@ class Store:
                 "completion_tokens = completion_tokens + excluded.completion_tokens, "
                 "retries = retries + excluded.retries", list(rows),
             )
+            await self.conn.executemany(_DAILY_USAGE, list(rows))
 
     async def usage(self, stream: str | None = None) -> dict[str, dict[str, int]]:
         """Model calls and tokens per role (one stream, or all)."""
@@ -1094,6 +1104,16 @@ class Store:
         ) as cur:
             return {row[0]: {"calls": row[1], "failures": row[2], "prompt_tokens": row[3],
                              "completion_tokens": row[4]} for row in await cur.fetchall()}
+
+    async def usage_by_day(self, stream: str | None = None) -> list[tuple[datetime, str, dict[str, int]]]:
+        """Model calls and tokens per UTC day and role (one stream, or all), oldest day first."""
+        where, args = ("WHERE stream = ?", (stream,)) if stream is not None else ("", ())
+        async with self.conn.execute(
+            f"SELECT day, role, SUM(calls), SUM(failures), SUM(prompt_tokens), SUM(completion_tokens) "
+            f"FROM model_usage_daily {where} GROUP BY day, role ORDER BY day, role", args
+        ) as cur:
+            return [(from_timestamp(row[0]), row[1], {"calls": row[2], "failures": row[3], "prompt_tokens": row[4],
+                                                      "completion_tokens": row[5]}) for row in await cur.fetchall()]
 
     async def retries(self, stream: str | None = None) -> dict[str, int]:
         """Failed requests the model client retried, per role (one stream, or all)."""
