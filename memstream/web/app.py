@@ -55,6 +55,7 @@ def make_app(memory: MemoryStream, options: WebOptions) -> web.Application:
     app.router.add_get("/memory/{id:\\d+}/evidence.json", evidence)
     app.router.add_post("/memory/{id:\\d+}/forget", forget)
     app.router.add_static("/static", STATIC)
+    app.router.add_get("/favicon.ico", favicon)
     return app
 
 
@@ -87,6 +88,11 @@ async def _get(request: web.Request) -> Any:
         return await request.app[MEMORY].get(int(request.match_info["id"]))
     except MemoryNotFound:
         raise web.HTTPNotFound(text=f"no memory #{request.match_info['id']} (forgotten, or never stored)\n") from None
+
+
+async def favicon(request: web.Request) -> web.FileResponse:
+    """The icon, where browsers look for it unasked."""
+    return web.FileResponse(STATIC / "icon.svg", headers={"Content-Type": "image/svg+xml"})
 
 
 async def index(request: web.Request) -> web.Response:

@@ -5,7 +5,7 @@ the Content-Security-Policy allows no inline style."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from memstream.config import StreamConfig
 from memstream.records import Memory, ScoredMemory
@@ -14,6 +14,7 @@ from memstream.web.html import Safe, h, join
 __all__ = ["histogram_svg", "score_bar_svg", "timeline_svg", "usage_svg"]
 
 ROLES = ("rater", "reflector", "agent", "embedding")
+MAX_DAYS = 366  # the usage charts show the last year at most
 
 
 def _short(text: str, width: int = 200) -> str:
@@ -26,42 +27,38 @@ def _role_class(role: str) -> str:
 
 
 def timeline_svg(memories: Sequence[Memory], *, width: int = 960, height: int = 170) -> Safe:
-    """Memories oldest first along time: a bar per memory, as tall as its importance and coloured by it;
-    a reflection is drawn in its own colour with a dot on top; a pending one is a short grey stub."""
+    """Memories oldest first, one slot each (a burst stays readable): a bar as tall as the importance and
+    coloured by it; a reflection in its own colour with a dot on top; a pending one a short grey stub."""
     if not memories:
         return Safe("")
-    left, right, top, bottom = 28, 8, 12, 22
+    left, right, top, bottom = 28, 8, 14, 22
     plot_w, plot_h = width - left - right, height - top - bottom
-    times = [m.created_at.timestamp() for m in memories]
-    t0, t1 = min(times), max(times)
-    bar = max(2.0, min(14.0, plot_w / len(memories) * 0.8))
-
-    def x_of(i: int) -> float:
-        share = (times[i] - t0) / (t1 - t0) if t1 > t0 else (i + 0.5) / len(memories)
-        return left + share * (plot_w - bar)
-
+    slot = plot_w / len(memories)
+    bar = max(1.0, min(14.0, slot * 0.8))
     parts = [h('<line class="axis" x1="{0}" y1="{1}" x2="{2}" y2="{1}"/>', left, top + plot_h, width - right)]
     for level in (1, 5, 10):
         y = top + plot_h - plot_h * level / 10
-        parts.append(h('<text class="tick" x="{0}" y="{1:}">{2}</text>', left - 6, f"{y + 4:.1f}", level))
+        parts.append(h('<text class="tick" x="{0}" y="{1}">{2}</text>', left - 6, f"{y + 4:.1f}", level))
     for i, m in enumerate(memories):
         level = m.importance or 1
         bar_h = plot_h * level / 10
         kind = ("pending" if m.status == "pending" else "reflection" if m.kind == "reflection"
                 else f"imp{level}")
-        x, y = x_of(i), top + plot_h - bar_h
-        mark = (h('<circle class="mark" cx="{0}" cy="{1}" r="3.5"/>', f"{x + bar / 2:.1f}", f"{y - 5:.1f}")
-                if m.kind == "reflection" else Safe(""))
+        x, y = left + i * slot + (slot - bar) / 2, top + plot_h - bar_h
+        mark = (h('<circle class="mark" cx="{0}" cy="{1}" r="{2}"/>', f"{x + bar / 2:.1f}", f"{y - 5:.1f}",
+                  f"{min(3.5, max(1.5, bar / 2)):.1f}") if m.kind == "reflection" else Safe(""))
         label = (f"#{m.id} {m.kind}, importance {m.importance if m.importance is not None else 'pending'}"
                  + (f", depth {m.depth}" if m.kind == "reflection" else "")
                  + f", {m.created_at:%Y-%m-%d %H:%M} UTC: {_short(m.text)}")
         parts.append(h('<a href="/memory/{0}" class="bar-link" data-id="{0}"><title>{1}</title>'
                        '<rect class="bar {2}" x="{3}" y="{4}" width="{5}" height="{6}"/>{7}</a>',
                        m.id, label, kind, f"{x:.1f}", f"{y:.1f}", f"{bar:.1f}", f"{bar_h:.1f}", mark))
-    first, last = memories[0].created_at, memories[-1].created_at
-    parts.append(h('<text class="tick start" x="{0}" y="{1}">{2}</text>', left, height - 6, f"{first:%Y-%m-%d %H:%M}"))
-    parts.append(h('<text class="tick end" x="{0}" y="{1}">{2}</text>', width - right, height - 6,
-                   f"{last:%Y-%m-%d %H:%M} UTC"))
+    ticks = sorted({0, len(memories) // 2, len(memories) - 1})
+    for n, i in enumerate(ticks):
+        anchor = "start" if n == 0 else "end" if i == len(memories) - 1 else "middle"
+        x = left if anchor == "start" else width - right if anchor == "end" else left + (i + 0.5) * slot
+        parts.append(h('<text class="tick {0}" x="{1}" y="{2}">{3}</text>', anchor, f"{x:.1f}", height - 6,
+                       f"{memories[i].created_at:%Y-%m-%d %H:%M}" + (" UTC" if anchor == "end" else "")))
     return h('<svg class="chart timeline" viewBox="0 0 {0} {1}" width="{0}" height="{1}" role="img" '
              'aria-label="timeline of {2} memories">{3}</svg>', width, height, len(memories), join(parts))
 
@@ -107,7 +104,8 @@ def score_bar_svg(item: ScoredMemory, config: StreamConfig, *, width: int = 240,
 
 def usage_svg(days: Sequence[tuple[datetime, str, Mapping[str, int]]], metric: str, *, width: int = 960,
               height: int = 170) -> Safe:
-    """Per UTC day, a bar stacked by role: model calls (`metric="calls"`) or tokens (`"tokens"`)."""
+    """Per UTC day (the last year at most), a bar stacked by role: model calls (`metric="calls"`) or tokens
+    (`"tokens"`)."""
     def value(counts: Mapping[str, int]) -> int:
         return counts["calls"] if metric == "calls" else counts["prompt_tokens"] + counts["completion_tokens"]
 
@@ -118,15 +116,17 @@ def usage_svg(days: Sequence[tuple[datetime, str, Mapping[str, int]]], metric: s
         return Safe("")
     left, right, top, bottom = 8, 8, 16, 22
     plot_w, plot_h = width - left - right, height - top - bottom
-    peak = max(sum(roles.values()) for roles in per_day.values()) or 1
-    ordered = sorted(per_day)
+    last = max(per_day)
+    first = max(min(per_day), last - timedelta(days=MAX_DAYS - 1))
+    ordered = [first + timedelta(days=n) for n in range((last - first).days + 1)]  # a day without calls shows
+    peak = max(sum(per_day.get(day, {}).values()) for day in ordered) or 1
     slot = plot_w / len(ordered)
     bar = max(2.0, min(28.0, slot * 0.8))
     parts = []
     for i, day in enumerate(ordered):
         y = float(top + plot_h)
         x = left + i * slot + (slot - bar) / 2
-        for role in sorted(per_day[day], key=lambda r: (ROLES.index(r) if r in ROLES else len(ROLES), r)):
+        for role in sorted(per_day.get(day, {}), key=lambda r: (ROLES.index(r) if r in ROLES else len(ROLES), r)):
             n = per_day[day][role]
             bar_h = plot_h * n / peak
             y -= bar_h

@@ -189,7 +189,9 @@ class Site:
         if stream is not None:
             progress = h('<p>Towards the next reflection: {0} / {1} importance (reflections run {2}, skipped {3}; '
                          'last {4}).</p>', data["importance_since_reflection"], data["reflection_threshold"],
-                         data["reflections_run"], data["reflections_skipped"], data["last_reflection_at"] or "never")
+                         data["reflections_run"], data["reflections_skipped"],
+                         _when(datetime.fromisoformat(data["last_reflection_at"])) if data["last_reflection_at"]
+                         else "never")
         usage = data["usage"]
         rows = join(h('<tr><td><span class="key {0}"></span> {1}</td><td class="n">{2}</td><td class="n">{3}</td>'
                       '<td class="n">{4}</td><td class="n">{5}</td><td class="n">{6}</td></tr>',

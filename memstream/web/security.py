@@ -30,6 +30,7 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';
 HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
            "X-Frame-Options": "DENY", "Cross-Origin-Opener-Policy": "same-origin",
            "Cross-Origin-Resource-Policy": "same-origin"}
+PUBLIC = frozenset({"/favicon.ico"})  # what a browser fetches for any page, even a refusal: holds nothing
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -75,7 +76,7 @@ class Guard:
             if not is_loopback(request.url.host or ""):
                 raise web.HTTPForbidden(text="this dashboard answers only to localhost, 127.0.0.1 or [::1]\n")
             return await handler(request)
-        if self._bearer_ok(request) or _same(request.cookies.get(COOKIE, ""), self._cookie):
+        if request.path in PUBLIC or self._bearer_ok(request) or _same(request.cookies.get(COOKIE, ""), self._cookie):
             return await handler(request)
         given = request.query.get("token")
         if given is not None and request.method == "GET" and _same(given, self.token):

@@ -9,7 +9,7 @@ import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import aiohttp
@@ -21,6 +21,7 @@ from memstream.errors import ConfigError, MemoryNotFound
 from memstream.stream import MemoryStream
 from memstream.testing import FakeClock, FakeEmbedder
 from memstream.web import WebOptions, make_app, resolve_token
+from memstream.web.charts import usage_svg
 from memstream.web.html import h
 from tests.conftest import MakeMemory
 from tests.memstream.web_world import HOSTILE, OTHER, STREAM, World, build
@@ -287,3 +288,31 @@ async def test_the_command_serves_until_stopped(tmp_path: Path) -> None:
         process.terminate()
         await process.wait()
     assert "search is off" in (await process.stderr.read()).decode()
+
+
+async def test_usage_is_counted_per_day_and_purged_with_its_stream(world: tuple[MemoryStream, World]) -> None:
+    memory, _ = world
+    await memory.store.record_usage_many([(STREAM, "rater", 4, 1, 40, 4, 2), (STREAM, "reflector", 1, 0, 9, 9, 0)])
+    days = {role: counts for _, role, counts in await memory.store.usage_by_day(STREAM)}
+    totals = await memory.store.usage(STREAM)
+    assert days["rater"] == totals["rater"] == {"calls": 10, "failures": 1, "prompt_tokens": 640,
+                                                "completion_tokens": 10}
+    assert days["reflector"] == totals["reflector"]
+    await memory.purge(STREAM)
+    assert await memory.store.usage_by_day(STREAM) == []
+    assert [role for _, role, _ in await memory.store.usage_by_day()] == ["embedding"]  # the other stream's
+
+
+def test_the_usage_chart_shows_days_without_calls_and_one_year_at_most() -> None:
+    def day(n: int) -> datetime:
+        return datetime(2024, 1, 1, tzinfo=UTC) + timedelta(days=n)
+
+    calls = {"calls": 3, "failures": 0, "prompt_tokens": 10, "completion_tokens": 5}
+    chart = usage_svg([(day(0), "rater", calls), (day(3), "agent", calls), (day(3), "rater", calls)], "calls")
+    bars = re.findall(r'<rect class="bar (role-\w+)" x="([\d.]+)"[^>]*><title>([\d-]+):', chart)
+    assert [(role, date) for role, _, date in bars] == [("role-rater", "2024-01-01"), ("role-rater", "2024-01-04"),
+                                                        ("role-agent", "2024-01-04")]
+    slot = (float(bars[1][1]) - float(bars[0][1])) / 3  # four slots: two days without calls between
+    assert slot == pytest.approx(944 / 4, abs=0.1)
+    long = usage_svg([(day(0), "rater", calls), (day(500), "rater", calls)], "tokens")
+    assert "2024-01-01" not in long and re.findall(r"<title>[\d-]+: rater (\d+) tokens", long) == ["15"]
