@@ -786,13 +786,13 @@ class Store:
                     found[row[0]] = _memory(row)
         return found
 
-    async def recent(self, stream: str, limit: int, *, offset: int = 0,
-                     include_pending: bool = False) -> list[Memory]:
-        """The most recent memories of a stream, newest first."""
+    async def recent(self, stream: str, limit: int, *, offset: int = 0, include_pending: bool = False,
+                     kind: str | None = None) -> list[Memory]:
+        """The most recent memories of a stream (of one kind, if given), newest first."""
         status = "" if include_pending else "AND status = 'ready'"
         async with self.conn.execute(
-            f"SELECT {_COLUMNS} FROM memories WHERE stream = ? {status} "
-            "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?", (stream, limit, offset)
+            f"SELECT {_COLUMNS} FROM memories WHERE stream = ?1 {status} AND (?2 IS NULL OR kind = ?2) "
+            "ORDER BY created_at DESC, id DESC LIMIT ?3 OFFSET ?4", (stream, kind, limit, offset)
         ) as cur:
             return [_memory(row) for row in await cur.fetchall()]
 

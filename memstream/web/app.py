@@ -129,12 +129,11 @@ async def search(request: web.Request) -> web.Response:
 
 
 async def insights(request: web.Request) -> web.Response:
-    """A stream's reflections, deepest then newest first."""
-    found = []
-    async for page in request.app[MEMORY].store.stream_pages(_stream(request)):
-        found += [m for m in page if m.kind == "reflection"]
-    found.sort(key=lambda m: (m.depth, m.created_at, m.id), reverse=True)
-    return _html(request.app[SITE].insights(_stream(request), found))
+    """A page of a stream's reflections, newest first."""
+    stream = _stream(request)
+    page = _number(request, "page", 0, 0, 10**9)
+    found = await request.app[MEMORY].store.recent(stream, PAGE + 1, offset=page * PAGE, kind="reflection")
+    return _html(request.app[SITE].insights(stream, found[:PAGE], page=page, more=len(found) > PAGE))
 
 
 async def stats(request: web.Request) -> web.Response:

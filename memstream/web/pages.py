@@ -95,10 +95,7 @@ class Site:
                  notice: str | None) -> str:
         """A page of a stream's memories: the chart (oldest left), then the list (newest first)."""
         note = h('<p class="notice" role="status">{0}</p>', notice) if notice else Safe("")
-        pager = join([
-            h('<a rel="next" href="{0}">older</a>', url("/timeline", s=stream, page=page + 1)) if more else "",
-            h('<a rel="prev" href="{0}">newer</a>', url("/timeline", s=stream, page=page - 1)) if page > 0 else "",
-        ], " ")
+        pager = _pager("/timeline", stream, page, more)
         if not newest_first:
             body = Safe('<p class="empty">No memories on this page.</p>')
         else:
@@ -168,15 +165,16 @@ class Site:
                  m.id, m.text, table, graph, forget)
         return self.layout(f"Memory #{m.id}", body, stream=m.stream)
 
-    def insights(self, stream: str, reflections: Sequence[Memory]) -> str:
-        """A stream's reflections, deepest and newest first."""
+    def insights(self, stream: str, reflections: Sequence[Memory], *, page: int, more: bool) -> str:
+        """A page of a stream's reflections, newest first."""
         if not reflections:
             body = Safe('<p class="empty">No reflections yet: they come once the importance observed reaches the '
                         'threshold (memstream reflect runs one now).</p>')
         else:
             body = h('<ol class="memories">{0}</ol>', join(_memory_row(m) for m in reflections))
-        return self.layout(f"Insights of {stream}", h("<h1>Insights</h1>{0}", body), stream=stream,
-                           current="Insights")
+        return self.layout(f"Insights of {stream}", h('<h1>Insights</h1>{0}<p class="pager">{1}</p>', body,
+                                                      _pager("/insights", stream, page, more)),
+                           stream=stream, current="Insights")
 
     def stats(self, stream: str | None, data: Mapping[str, Any],
               days: Sequence[tuple[datetime, str, Mapping[str, int]]]) -> str:
@@ -216,6 +214,12 @@ class Site:
                                      for r in ("rater", "reflector", "agent", "embedding")), over_time, before)
         return self.layout("Stats" if stream is None else f"Stats of {stream}", body, stream=stream,
                            current="Stats")
+
+
+def _pager(path: str, stream: str, page: int, more: bool) -> Safe:
+    return join([h('<a rel="next" href="{0}">older</a>', url(path, s=stream, page=page + 1)) if more else "",
+                 h('<a rel="prev" href="{0}">newer</a>', url(path, s=stream, page=page - 1)) if page > 0 else ""],
+                " ")
 
 
 def _tree_items(node: EvidenceNode) -> Safe:

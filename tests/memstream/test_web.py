@@ -83,6 +83,10 @@ async def test_timeline_draws_every_memory_and_marks_reflections(client: Client,
     tall = re.search(rf'data-id="{w.observations[5]}"><title>[^<]*</title><rect [^>]*height="([\d.]+)"', page)
     short = re.search(rf'data-id="{w.observations[4]}"><title>[^<]*</title><rect [^>]*height="([\d.]+)"', page)
     assert tall and short and float(tall.group(1)) == pytest.approx(9 * float(short.group(1)))  # as height
+    beyond = await (await c.get("/timeline", params={"s": STREAM, "page": "1"})).text()
+    assert "No memories on this page." in beyond and 'rel="prev" href="/timeline?s=guild%3A1&amp;page=0"' in beyond
+    insights = await (await c.get("/insights", params={"s": STREAM})).text()
+    assert _ids(insights, r'<li class="memory (?:\w+)" data-id="(\d+)">') == [w.deep, w.insight_b, w.insight_a]
     other = await (await c.get("/timeline", params={"s": OTHER})).text()
     assert "a direct message about painting" in other and "Klaus" not in other
 
