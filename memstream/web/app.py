@@ -11,7 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from memstream.cli import tree_json
-from memstream.errors import MemoryNotFound, MemstreamError, ProviderError
+from memstream.errors import ConfigError, MemoryNotFound, ProviderError
 from memstream.stream import DEFAULT_STREAM, MemoryStream
 from memstream.web.pages import Site, url
 from memstream.web.security import Guard, security_headers
@@ -123,7 +123,7 @@ async def search(request: web.Request) -> web.Response:
     if query:
         try:
             items = await memory.explain(query, stream=stream, k=k)
-        except (ProviderError, MemstreamError) as exc:  # the embedding model is down or not configured
+        except (ProviderError, ConfigError) as exc:  # the embedding model is down, or not configured
             error, status = f"search needs the embedding model: {exc}", 503
     return _html(request.app[SITE].search(stream, query, k, items, memory.config, error), status)
 
