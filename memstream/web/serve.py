@@ -66,6 +66,8 @@ async def serve(memory: MemoryStream, options: WebOptions, *, started: asyncio.E
 
 async def run(args: Any, persona: PersonaConfig, environ: Mapping[str, str] | None = None) -> int:
     """The `memstream web` command: the token is checked before the database is opened."""
+    if not 0 <= args.port <= 65535:
+        raise ConfigError(f"--port must be from 0 to 65535 (0: any free port), got {args.port}")
     options = WebOptions(host=args.host, port=args.port, allow_forget=args.allow_forget,
                          token=resolve_token(args.host, args.token, environ))
     memory = await _open(persona)

@@ -220,6 +220,8 @@ def test_the_command_refuses_a_public_host_without_a_token(tmp_path: Path, capsy
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "give a token with --token or $MEMSTREAM_WEB_TOKEN" in err
     assert not (tmp_path / "p.db").exists()  # refused before the database was opened
+    assert main(["web", "--persona", str(persona), "--port", "70000"]) == 2
+    assert "--port must be from 0 to 65535" in capsys.readouterr().err
 
 
 async def test_hostile_memory_text_is_escaped_on_every_page(client: Client, world: tuple[MemoryStream, World]
