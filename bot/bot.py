@@ -77,7 +77,7 @@ class PersonaTree(app_commands.CommandTree[discord.Client]):
 class PersonaBot(commands.Bot):
     """The persona on Discord; its memory and config come in through the constructor."""
 
-    shards: Shards | None = None
+    sharding: Shards | None = None  # (not "shards": AutoShardedClient.shards is discord.py's)
 
     def __init__(self, memory: MemoryStream, persona: PersonaConfig, **options: object) -> None:
         super().__init__(
@@ -88,7 +88,7 @@ class PersonaBot(commands.Bot):
         self.memory = memory
         self.persona = persona
         self.reflections = ReflectionScheduler(memory, check_minutes=persona.discord.reflect_check_minutes,
-                                               owns=self.shards.owns if self.shards is not None else None)
+                                               owns=self.sharding.owns if self.sharding is not None else None)
         self._synced: set[int] = set()
         self._channels: dict[int, object] = {}
         self.damaged: set[str] = set()  # streams whose damaged storage was reported (once each)
@@ -111,7 +111,7 @@ class PersonaBot(commands.Bot):
             await self.load_extension(name)
         self.memory.on_reflection_due = self.reflections.request
         self.reflections.start()
-        if self.shards is None or self.shards.dms:  # the configured servers: synced by the shard-0 process
+        if self.sharding is None or self.sharding.dms:  # the configured servers: synced by the shard-0 process
             for guild_id in self.persona.discord.guilds:
                 await self.sync_guild(guild_id)
 
@@ -140,7 +140,7 @@ class PersonaBot(commands.Bot):
         self._announced = True
         servers = ", ".join(f"{g.name} ({g.id})" for g in self.guilds[:10]) + (", ..." if len(self.guilds) > 10
                                                                                  else "")
-        where = f" on {self.shards.describe()}" if self.shards is not None else ""
+        where = f" on {self.sharding.describe()}" if self.sharding is not None else ""
         log.info("%s is online as %s (id %s)%s in %d server(s): %s; invite: %s", self.persona.name, self.user,
                  self.user.id, where, len(self.guilds), servers or "none yet", invite_url(self.user.id))
 
@@ -207,7 +207,7 @@ class ShardedPersonaBot(PersonaBot, commands.AutoShardedBot):
     only the streams of those shards; the configured servers' commands are synced by the shard-0 process."""
 
     def __init__(self, memory: MemoryStream, persona: PersonaConfig, shards: Shards, **options: object) -> None:
-        self.shards = shards
+        self.sharding = shards
         super().__init__(memory, persona, shard_count=shards.count, shard_ids=list(shards.ids), **options)
 
     async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:

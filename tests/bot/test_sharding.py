@@ -77,7 +77,7 @@ def _persona_file(tmp_path: Path, database: str, base_url: str, guilds: list[Fak
     path.write_text(
         f'[persona]\nname = "Isabella"\nsummary = "Isabella runs Hobbs Cafe."\ndatabase = "{database}"\n'
         f'[models]\nbase_url = "{base_url}"\nmax_retries = 0\n'
-        '[memory]\nreflection_threshold = 10\nk = 20\n'
+        '[memory]\nreflection_threshold = 20\nk = 20\n'
         f'[discord]\nguilds = [{ids}]\nhistory = 0\n', encoding="utf-8")
     return path
 
@@ -130,7 +130,7 @@ async def _prepare(persona: Path, streams: list[str]) -> None:
     async with await MemoryStream.open(load_persona(persona), environ={"OPENAI_API_KEY": "key-setup"},
                                        auto_reflect=False) as memory:
         for n, stream in enumerate(streams):
-            await memory.observe_many([Observation(f"note {n}.{i} of {stream} about the party", stream, None, 7,
+            await memory.observe_many([Observation(f"note {n}.{i} of {stream} about the party", stream, None, 10,
                                                    Source(author_id="1")) for i in range(2)])
             await memory.observe_many([Observation(f"pending chat of {stream}", stream, None, None,
                                                    Source(author_id="1"))], defer=True)
@@ -143,8 +143,9 @@ async def _ask(world: Sharded, channel: int, text: str) -> tuple[str, str]:
     message = await world.fake.send_message(channel, world.maria, text, mentions=[world.fake.bot_user])
     await world.fake.wait_for_sent(lambda m: m.channel_id == channel and m.reference_message_id == int(message["id"]),
                                    timeout=WAIT)
-    [(process, prompt)] = [c for c in world.chats()[before:] if AGENT in c[1] and text in c[1]]
-    return process, prompt
+    answers = [c for c in world.chats()[before:] if AGENT in c[1] and text in c[1]]
+    assert len(answers) == 1, f"{text!r} was answered by {[process for process, _ in answers]}"
+    return answers[0]
 
 
 async def _stored(persona: Path, stream: str, message: dict[str, Any], *, present: bool = True) -> None:
@@ -159,6 +160,15 @@ async def _stored(persona: Path, stream: str, message: dict[str, Any], *, presen
             return found is not None and (await memory.get(found)).status == "ready"
 
         await until(ready, f"message {message['id']} to be {'stored' if present else 'forgotten'}")
+
+
+async def _memstream(*args: str) -> None:
+    """Run a memstream command in its own process, with its own model API key."""
+    env = dict(os.environ, OPENAI_API_KEY="key-cli")
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "memstream", *args, cwd=ROOT, env=env,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    _, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
 
 
 async def test_two_processes_with_two_shards_each_serve_every_stream_once(tmp_path: Path, database: str) -> None:
@@ -221,20 +231,18 @@ async def test_two_processes_with_two_shards_each_serve_every_stream_once(tmp_pa
             process, prompt = await _ask(world, channels[on_b.id], "and the dog's name?")
             assert process == "b" and "Rex" not in prompt
 
-            # A deletion by another process on the database (the operator's `memstream forget`) is seen by
-            # the process serving the stream: its next answer reloads the stream without the memory.
+            # Another process on the database (the operator's `memstream forget` and `memstream observe`) forgets
+            # a memory of a stream process a serves and adds one: a's next answer reloads the stream.
             on_a = next(g for g in guilds if world.owner(f"guild:{g.id}") == "a")
             said = await fake.send_message(channels[on_a.id], klaus, "my cat is called Pixel")
             await _stored(world.persona, f"guild:{on_a.id}", said)
             process, prompt = await _ask(world, channels[on_a.id], "what is the name of Klaus's cat?")
             assert process == "a" and "Pixel" in prompt
-            forget = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "memstream", "forget", "--persona", str(world.persona), "--message",
-                str(said["id"]), cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-            out, err = await forget.communicate()
-            assert forget.returncode == 0, err.decode()
+            await _memstream("forget", "--persona", str(world.persona), "--message", str(said["id"]))
+            await _memstream("observe", "--persona", str(world.persona), "--stream", f"guild:{on_a.id}",
+                             "--importance", "1", "Klaus said his cat is now called Mochi")
             process, prompt = await _ask(world, channels[on_a.id], "and the cat's name?")
-            assert process == "a" and "Pixel" not in prompt
+            assert process == "a" and "Pixel" not in prompt and "Mochi" in prompt
 
             # Nothing was reflected twice meanwhile.
             assert sum(QUESTIONS in p for _, p in world.chats()) == len(streams)

@@ -223,7 +223,7 @@ class SnowflakeFactory:
         return value
 
     def on_shard(self, shard_id: int, shard_count: int) -> int:
-        """Return a new snowflake that, as a guild id, lands on ``shard_id`` of ``shard_count`` (a later millisecond)."""
+        """Return a new snowflake that, as a guild id, lands on ``shard_id`` of ``shard_count`` (a later ms)."""
         value = self()
         ms = value >> 22
         moved = ms + (shard_id - ms) % shard_count
