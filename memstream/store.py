@@ -783,9 +783,9 @@ class Store:
         for start in range(0, len(ids), 500):
             chunk = list(ids[start:start + 500])
             marks = ",".join("?" * len(chunk))
-            async with self.conn.execute(f"SELECT {_COLUMNS} FROM memories WHERE id IN ({marks})", chunk) as cur:
-                for row in await cur.fetchall():
-                    found[row[0]] = _memory(row)
+            for row in await self.conn.execute_fetchall(f"SELECT {_COLUMNS} FROM memories WHERE id IN ({marks})",
+                                                        chunk):  # one round trip to SQLite's thread
+                found[row[0]] = _memory(row)
         return found
 
     async def recent(self, stream: str, limit: int, *, offset: int = 0,
@@ -942,9 +942,8 @@ class Store:
     async def changed_elsewhere(self) -> bool:
         """Whether another connection (another process, or another Store on this file) has committed since
         the last call: SQLite's data_version, one cheap pragma. The in-memory matrices catch up on it."""
-        async with self.conn.execute("PRAGMA data_version") as cur:
-            row = await cur.fetchone()
-        version = int(row[0]) if row else 0
+        rows = list(await self.conn.execute_fetchall("PRAGMA data_version"))  # one round trip (asked per query)
+        version = int(rows[0][0]) if rows else 0
         changed = self._data_version is not None and version != self._data_version
         self._data_version = version
         return changed
