@@ -20,10 +20,10 @@ from memstream import (
     StoreFull,
     StoreLocked,
     StreamConfig,
-    _sqlite,
     cli,
 )
-from memstream import store as store_module
+from memstream.store.sqlite import connection as _sqlite
+from memstream.store.sqlite import store as store_module
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
 from tests.memstream.helpers import OtherProcess
 
