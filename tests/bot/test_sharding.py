@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import sys
@@ -16,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from bot.sharding import shard_of
-from memstream import MemoryStream, Observation, Source, load_persona
+from bot.bot import make_bot
+from bot.sharding import Shards, shard_of
+from memstream import MemoryStream, ModelConfig, Observation, PersonaConfig, Source, load_persona
 from tests.bot.conftest import AGENT, QUESTIONS, WAIT, Models, until
 from tests.bot.shard_worker import URL_ENV
 from tests.fakes.discord_server import FakeDiscord, FakeGuild, FakeUser
@@ -246,3 +248,28 @@ async def test_two_processes_with_two_shards_each_serve_every_stream_once(tmp_pa
 
             # Nothing was reflected twice meanwhile.
             assert sum(QUESTIONS in p for _, p in world.chats()) == len(streams)
+
+
+async def test_with_no_servers_configured_each_server_is_synced_once_by_the_process_serving_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import bot.bot
+
+    monkeypatch.setattr(bot.bot, "IDENTIFY_SECONDS", 0.0)
+    caplog.set_level(logging.INFO, logger="bot")
+    async with FakeDiscord(bot_name="Isabella", shard_count=COUNT) as fake, FakeOpenAIServer(embed_dim=64) as openai:
+        guilds = [fake.add_guild(f"Town {n}", shard=(n % COUNT, COUNT)) for n in range(2 * COUNT)]
+        fake.install(monkeypatch)
+        persona = PersonaConfig(name="Isabella", summary="Runs a cafe.", database=tmp_path / "i.db",
+                                models=ModelConfig(base_url=openai.base_url, max_retries=0))
+        async with contextlib.AsyncExitStack() as stack:
+            for shards in ((0, 1), (2, 3)):
+                memory = await stack.enter_async_context(await MemoryStream.open(persona, environ={}))
+                running = make_bot(memory, persona, Shards(COUNT, shards), guild_ready_timeout=0.05)
+                task = asyncio.create_task(running.start("token"))
+                stack.push_async_callback(asyncio.wait_for, task, WAIT)
+                stack.push_async_callback(running.close)
+                await asyncio.wait_for(running.wait_until_ready(), WAIT)
+            assert sorted(x for x in fake.sync_log if x is not None) == sorted(g.id for g in guilds)
+    online = [r.getMessage() for r in caplog.records if "is online as" in r.getMessage()]
+    assert len(online) == 2 and "on shard(s) 0-1 of 4 in 4 server(s)" in online[0] + online[1]
+    assert "on shard(s) 2-3 of 4 in 4 server(s)" in online[0] + online[1]
