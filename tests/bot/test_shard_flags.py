@@ -4,6 +4,7 @@ and one-line errors for anything else."""
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -91,9 +92,14 @@ async def test_bad_shards_are_reported_before_anything_is_opened(tmp_path: Path,
         await run(args)
 
 
-def test_memstream_bot_rejects_bad_shards_in_one_line() -> None:
-    done = subprocess.run([sys.executable, "-m", "memstream", "bot", "--shard-count", "4", "--shards", "7"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+@pytest.mark.parametrize(("argv", "env", "error"), [
+    (["--shard-count", "4", "--shards", "7"], {},
+     "--shards: shard 7 does not exist: with a shard count of 4 the ids are 0-3"),
+    ([], {"MEMSTREAM_SHARD_COUNT": "2", "MEMSTREAM_SHARDS": "0-2"},  # the container's way: `memstream bot`
+     "MEMSTREAM_SHARDS: shard 2 does not exist: with a shard count of 2 the ids are 0-1"),
+])
+def test_memstream_bot_rejects_bad_shards_in_one_line(argv: list[str], env: dict[str, str], error: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "memstream", "bot", *argv], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, env={**os.environ, **env})
     assert done.returncode == EXIT_BAD_INPUT
-    assert done.stderr == ("memstream: error: --shards: shard 7 does not exist: with a shard count of 4 "
-                           "the ids are 0-3\n")
+    assert done.stderr == f"memstream: error: {error}\n"
