@@ -121,7 +121,8 @@ def _inspect(conn: Any, path: Path) -> tuple[list[Check], DatabaseState]:
     if problems == ["ok"]:
         integrity = Check.ok("integrity", "quick_check: ok")
     else:
-        integrity = Check.fail("integrity", f"quick_check: {'; '.join(map(str, problems))}", _RESTORE)
+        found = " ".join(" ".join(map(str, problems)).split())
+        integrity = Check.fail("integrity", f"quick_check: {found[:300]}", _RESTORE)
     dimensions = None
     if "meta" in tables:
         row = conn.execute("SELECT value FROM meta WHERE key = 'embedding_dimensions'").fetchone()
