@@ -444,9 +444,9 @@ async def test_my_guilds_lists_joined_guilds_with_the_bots_permissions(fake: Fak
     bare.everyone_role.permissions = 0
     gone = fake.add_guild("Gone")
     await fake.remove_bot_from_guild(gone.id)
-    async with aiohttp.ClientSession(headers={"Authorization": "Bot token"}) as session:
-        async with session.get(f"{fake.api_base}/users/@me/guilds") as response:
-            listed = {g["name"]: g for g in await response.json()}
+    async with (aiohttp.ClientSession(headers={"Authorization": "Bot token"}) as session,
+                session.get(f"{fake.api_base}/users/@me/guilds") as response):
+        listed = {g["name"]: g for g in await response.json()}
     assert set(listed) == {"Full", "Bare"}
     assert int(listed["Full"]["permissions"]) == full.member_permissions(fake.bot_user.id)
     assert int(listed["Full"]["permissions"]) & SEND_MESSAGES
