@@ -173,7 +173,7 @@ class _Asker:
                 raise ConfigError(f"{flag} is required with --yes")
             return check(default)
         while True:
-            print(f"{question}{f' [{default}]' if default is not None else ''}: ", end="", file=self.err, flush=True)
+            print(f"{question}{f' [{default}]' if default else ''}: ", end="", file=self.err, flush=True)
             line = self.stdin.readline()
             if not line:
                 raise ConfigError(f"no answer to {question!r} (input ended): give it as {flag}, "
