@@ -84,6 +84,8 @@ async def check_discord(config: DiscordConfig, environ: Mapping[str, str], *, ap
                 return [Check.fail("discord token", f"Discord rejected the token in {config.token_env}",
                                    f"reset it ({_PORTAL}, your application, Bot, Reset Token) and export it again")]
             return [Check.fail("discord token", str(exc), None)]
+        if not isinstance(me, dict):
+            return [Check.fail("discord token", "GET /users/@me answered in an unexpected shape")]
         found = [Check.ok("discord token", f"{config.token_env} logs in as {me.get('username')} (id {me.get('id')})")]
         try:
             application = await rest.get("/applications/@me")
@@ -91,6 +93,8 @@ async def check_discord(config: DiscordConfig, environ: Mapping[str, str], *, ap
             found += _permissions(config, await rest.get("/users/@me/guilds"), str(application.get("id", "")))
         except _Failed as exc:
             found.append(Check.fail("discord", str(exc)))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            found.append(Check.fail("discord", f"Discord answered in an unexpected shape ({type(exc).__name__})"))
     return found
 
 

@@ -243,6 +243,16 @@ async def test_embeddings_missing_from_the_answer(world: World, capsys: pytest.C
     assert code == 1 and "malformed answer" in line(lines, "embedding")
 
 
+async def test_no_api_key_for_openai(world: World, capsys: pytest.CaptureFixture[str],
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    world.write()
+    world.persona.write_text(world.persona.read_text().replace(f'base_url = "{world.openai.base_url}"', ""))
+    code, lines = await doctor(world, capsys)
+    assert code == 1 and "OPENAI_API_KEY is not set -> export it" in line(lines, "model server")
+    assert not world.openai.requests  # and nothing was sent anywhere
+
+
 # -- Discord -------------------------------------------------------------------------------------------------
 
 
@@ -260,6 +270,13 @@ async def test_wrong_token(world: World, capsys: pytest.CaptureFixture[str],
     code, lines = await doctor(world, capsys)
     assert code == 1 and "Discord rejected the token in DISCORD_TOKEN" in line(lines, "discord token")
     assert world.discord.requests[0].authorization == "Bot not-the-token"
+
+
+async def test_discord_unreachable(world: World, capsys: pytest.CaptureFixture[str],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    await world.discord.close()
+    code, lines = await doctor(world, capsys)
+    assert code == 1 and "cannot reach Discord at http://127.0.0.1:" in line(lines, "discord token")
 
 
 async def test_message_content_intent_off(world: World, capsys: pytest.CaptureFixture[str]) -> None:
