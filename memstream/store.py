@@ -33,7 +33,7 @@ __all__ = ["Migration", "NewMemory", "Store", "StreamArrays", "deferred_touches"
 
 log = logging.getLogger("memstream.store")
 _COLUMNS = ("id, stream, kind, text, created_at, last_accessed_at, importance, importance_source, depth, "
-            "author, author_id, channel, channel_id, message_id, status")
+            "author, author_id, channel, channel_id, message_id, status, number")
 _MIGRATION_NAME = re.compile(r"^(\d+)_(\w+)\.sql$")
 # A pending observation whose model calls failed waits RETRY_BASE * 2**(failures - 1) seconds, at most
 # RETRY_CAP, before it is tried again (a restart tries every pending observation at once).
@@ -261,7 +261,7 @@ def _memory(row: Sequence[Any]) -> Memory:
         importance=row[6], importance_source=row[7], depth=row[8],
         source=Source(author=row[9], author_id=row[10], channel=row[11], channel_id=row[12],
                       message_id=row[13]),
-        status=row[14],
+        status=row[14], number=row[15],
     )
 
 
@@ -753,7 +753,7 @@ class Store:
         self._vacuum_due = True  # a whole stream: rewriting the file is cheaper than looking for its texts
         async with self.transaction():
             cursor = await self.conn.execute("DELETE FROM memories WHERE stream = ?", (stream,))
-            for table in ("reply_traces", "stream_state", "model_usage", "faults"):
+            for table in ("reply_traces", "stream_state", "model_usage", "faults", "stream_numbers"):
                 await self.conn.execute(f"DELETE FROM {table} WHERE stream = ?", (stream,))
         return cursor.rowcount
 
@@ -767,6 +767,15 @@ class Store:
             where = f" in stream {stream!r}" if stream is not None else ""
             raise MemoryNotFound(f"no memory #{memory_id}{where}", memory_id=memory_id)
         return _memory(row)
+
+    async def by_number(self, stream: str, number: int) -> int:
+        """The id of the memory a stream shows as #number (MemoryNotFound if there is none)."""
+        async with self.conn.execute("SELECT id FROM memories WHERE stream = ? AND number = ?",
+                                     (stream, number)) as cur:
+            row = await cur.fetchone()
+        if row is None:
+            raise MemoryNotFound(f"no memory #{number} in stream {stream!r}", memory_id=number)
+        return int(row[0])
 
     async def get_many(self, ids: Sequence[int]) -> dict[int, Memory]:
         """Memories by id (missing ones are left out)."""
