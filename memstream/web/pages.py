@@ -142,7 +142,10 @@ class Site:
     def memory(self, m: Memory, tree: EvidenceNode | None) -> str:
         """One memory, its evidence graph (a reflection) and, when allowed, the forget form."""
         src = m.source
-        facts = [("kind", _kind(m)), ("importance", _importance(m)), ("created", _when(m.created_at)),
+        facts: list[tuple[str, str]] = [("stream", h("<code>{0}</code>", m.stream))]
+        if m.number is not None:
+            facts.append(("on Discord", f"#{m.number} (its number in this stream, as /memories shows it)"))
+        facts += [("kind", _kind(m)), ("importance", _importance(m)), ("created", _when(m.created_at)),
                  ("last accessed", _when(m.last_accessed_at)), ("status", m.status)]
         facts += [(name, value) for name, value in (("author", src.author), ("author id", src.author_id),
                                                     ("channel", src.channel), ("message id", src.message_id))

@@ -140,6 +140,7 @@ async def test_the_graph_endpoint_returns_the_evidence_tree(client: Client, worl
     page = await (await c.get(f"/memory/{w.deep}")).text()
     assert f'<div id="graph" class="graph" data-src="/memory/{w.deep}/evidence.json"></div>' in page
     assert page.count('<li><a href="/memory/') == 8  # the tree without script: the root and 7 descendants
+    assert "#9 (its number in this stream" in page  # what Discord shows for it (the third insight of guild:1)
 
 
 async def test_read_only_refuses_to_forget(client: Client, world: tuple[MemoryStream, World]) -> None:
