@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -29,7 +30,9 @@ TOKEN = "a-token-long-enough-to-count"
 @pytest.fixture
 def artifacts(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
     root = os.environ.get("MEMSTREAM_TEST_ARTIFACTS")
-    return (Path(root) if root else tmp_path) / "web" / request.node.name
+    folder = (Path(root) if root else tmp_path) / "web" / request.node.name
+    shutil.rmtree(folder, ignore_errors=True)  # the last run's pictures only
+    return folder
 
 
 @pytest.fixture
