@@ -15,6 +15,7 @@ the cached SQLite one with `memstream copy` (its rate is reported too).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import statistics
 import subprocess
@@ -170,7 +171,7 @@ def two_writers(url: str, seconds: float = 60.0, rate: float = 50.0) -> dict[str
     overlaps = 0
     for stream in {r[0] for r in ran}:
         spans = sorted((r[1], r[2]) for r in ran if r[0] == stream)
-        overlaps += sum(1 for a, b in zip(spans, spans[1:], strict=False) if b[0] < a[1])
+        overlaps += sum(1 for a, b in itertools.pairwise(spans) if b[0] < a[1])
     return {**held, "reflections_run": {r["name"]: len(r["reflections"]) for r in results},
             "insights_from_runs": sum(r[3] for r in ran), "overlapping_reflections": overlaps,
             "nothing_lost": held["stored_messages"] == held["messages"] and held["pending"] == 0,

@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from memstream import init_persona
 from memstream.clock import Clock, FixedClock, SystemClock
 from memstream.config import PersonaConfig, load_persona
 from memstream.errors import ConfigError, MemstreamError, ProviderError
@@ -755,8 +756,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("src", metavar="SRC")
     p.add_argument("dest", metavar="DST")
     p.add_argument("--batch", type=_positive, default=2000, help="rows per transaction (default: %(default)s)")
-    sub.add_parser("bot", parents=[common], help="run the persona on Discord (needs DISCORD_TOKEN)",
-                   description="Run the persona as a Discord bot (one process per persona).")
+    p = sub.add_parser("web", parents=[common], help="the memory dashboard in the browser (read-only)",
+                       description="Serve a dashboard of the persona's memory: streams, timeline, search ranking "
+                                   "with score parts, evidence graphs, stats. Read-only unless --allow-forget; on "
+                                   "127.0.0.1 unless --host, which then needs a token.")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    p.add_argument("--port", type=int, default=8765, help="port (default: %(default)s; 0 picks a free one)")
+    p.add_argument("--allow-forget", action="store_true", help="offer a forget button on each memory")
+    p.add_argument("--token", help="require this token (default: $MEMSTREAM_WEB_TOKEN; needed beyond localhost)")
+    p = sub.add_parser("bot", parents=[common], help="run the persona on Discord (needs DISCORD_TOKEN)",
+                       description="Run the persona as a Discord bot: one process, or with --shard-count and "
+                                   "--shards some shards of a bot run as several processes on one database.")
+    p.add_argument("--shard-count", metavar="N", help="the bot's total number of shards, across all its processes "
+                                                     "(or $MEMSTREAM_SHARD_COUNT); without it, no sharding")
+    p.add_argument("--shards", metavar="IDS", help="the shards this process runs: 0-3, 0,2 (or $MEMSTREAM_SHARDS; "
+                                                   "default: all of them); the one with shard 0 serves DMs")
+    sub.add_parser("doctor", parents=[common], help="check the set-up: persona, SQLite, database, models, Discord",
+                   description="One line per check (ok, warn or fail, and what to do); exit status 1 when any "
+                               "fails. $MEMSTREAM_DISCORD_API points the Discord checks at another API address.")
+    init_persona.add_parser(sub)
     return parser
 
 
@@ -767,6 +785,10 @@ async def _run(args: argparse.Namespace) -> int:
         return await cmd_salvage(args)
     if args.command == "copy":
         return await cmd_copy(args)
+    if args.command == "init":
+        return await init_persona.cmd_init(args)
+    if args.command == "doctor":  # its checks import the model and HTTP clients: only when it runs
+        return await importlib.import_module("memstream.doctor").cmd_doctor(args)  # type: ignore[no-any-return]
     persona: PersonaConfig = load_persona(args.persona)
     if args.db is not None:
         persona = persona.with_database(args.db)
@@ -776,6 +798,10 @@ async def _run(args: argparse.Namespace) -> int:
         return await cmd_backup(args, persona)
     if args.command == "eval":
         return await cmd_eval(args, persona)
+    if args.command == "web":  # aiohttp is imported only to serve
+        from memstream.web.serve import run as run_web
+
+        return await run_web(args, persona)
     function, needs_models = COMMANDS[args.command]
     if args.command == "forget":
         _forget_selection(args)

@@ -18,7 +18,8 @@ __all__ = ["SalvageReport", "backup", "salvage"]
 Progress = Callable[[int, int], None]
 # Tables copied by salvage, parents first, and the column that orders and ranges their rows.
 _TABLES = (("memories", "id"), ("evidence", "rowid"), ("reply_traces", "id"), ("trace_messages", "rowid"),
-           ("stream_state", "rowid"), ("model_usage", "rowid"), ("faults", "rowid"))
+           ("stream_state", "rowid"), ("model_usage", "rowid"), ("model_usage_daily", "rowid"),
+           ("faults", "rowid"))
 _META_KEEP = ("embedding_dimensions",)
 _RANGE = 256
 

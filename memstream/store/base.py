@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Iterable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol, Self
 
@@ -110,17 +111,24 @@ class Store(Protocol):
         """Memories by id; missing ones are left out."""
         ...
 
-    async def recent(self, stream: str, limit: int, *, offset: int = 0,
-                     include_pending: bool = False) -> list[Memory]:
-        """A stream's most recent memories, newest first (ties: the larger id first)."""
+    async def by_number(self, stream: str, number: int) -> int:
+        """The id of the memory that `stream` shows as #number: each stream numbers its own memories from 1,
+        in insertion order, never reusing a number (a purged stream starts again); MemoryNotFound otherwise."""
+        ...
+
+    async def recent(self, stream: str, limit: int, *, offset: int = 0, include_pending: bool = False,
+                     kind: str | None = None) -> list[Memory]:
+        """A stream's most recent memories (only `kind`'s, if given), newest first (ties: the larger id
+        first)."""
         ...
 
     async def pending_memories(self, limit: int = 1000, *, due_at: float | None = None,
-                               claim: bool = False) -> list[Memory]:
-        """Pending memories, oldest (smallest id) first; with `due_at`, only those whose retry is due. With
-        `claim`, the memories returned are this process's to complete for a while: another process's call
-        (with `claim`) skips them, so two processes never work on one pending memory (SQLite: one process
-        writes a file at a time, and completing twice is refused anyway; claim changes nothing there)."""
+                               streams: Sequence[str] | None = None, claim: bool = False) -> list[Memory]:
+        """Pending memories, oldest (smallest id) first; with `due_at`, only those whose retry is due; with
+        `streams`, only those of these streams (any number of them). With `claim`, the memories returned
+        are this process's to complete for a while: another process's call (with `claim`) skips them, so
+        two processes never work on one pending memory (SQLite: one process writes a file at a time, and
+        completing twice is refused anyway; claim changes nothing there)."""
         ...
 
     async def find_message(self, stream: str, message_id: str) -> int | None:
@@ -247,6 +255,11 @@ class Store(Protocol):
 
     async def usage(self, stream: str | None = None) -> dict[str, dict[str, int]]:
         """Model calls and tokens per role (one stream, or all)."""
+        ...
+
+    async def usage_by_day(self, stream: str | None = None) -> list[tuple[datetime, str, dict[str, int]]]:
+        """Model calls and tokens per UTC day (of the wall clock, when the call was made) and role (one stream,
+        or all), oldest first: (day at 00:00 UTC, role, {calls, failures, prompt_tokens, completion_tokens})."""
         ...
 
     async def retries(self, stream: str | None = None) -> dict[str, int]:

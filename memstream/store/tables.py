@@ -21,7 +21,7 @@ class Table:
 TABLES = (
     Table("memories", ("id", "stream", "kind", "text", "created_at", "last_accessed_at", "importance",
                        "importance_source", "depth", "author", "author_id", "channel", "channel_id", "message_id",
-                       "status", "attempts", "embedding", "next_attempt_at"), ("id",), sequence=True),
+                       "status", "attempts", "embedding", "next_attempt_at", "number"), ("id",), sequence=True),
     Table("evidence", ("reflection_id", "memory_id", "position"), ("reflection_id", "memory_id")),
     Table("reply_traces", ("id", "stream", "created_at", "query", "reply_memory_id", "message_id", "items",
                            "query_message_id", "query_author_id", "query_memory_id"), ("id",), sequence=True),
@@ -31,6 +31,9 @@ TABLES = (
                            "skipped_reflections"), ("stream",)),
     Table("model_usage", ("stream", "role", "calls", "failures", "prompt_tokens", "completion_tokens", "retries"),
           ("stream", "role")),
+    Table("model_usage_daily", ("stream", "role", "day", "calls", "failures", "prompt_tokens", "completion_tokens",
+                                "retries"), ("stream", "role", "day")),
     Table("faults", ("stream", "kind", "count"), ("stream", "kind")),
+    Table("stream_numbers", ("stream", "last"), ("stream",)),
     Table("meta", ("key", "value"), ("key",)),
 )

@@ -274,7 +274,7 @@ async def test_processes_starting_at_once_migrate_once(postgres_server: str) -> 
         for store in stores:
             await store.close()
         async with await Store.open(url) as store:
-            assert await run_sql(store, "SELECT version FROM schema_migrations") == [(1,)]
+            assert await run_sql(store, "SELECT version FROM schema_migrations ORDER BY version") == [(1,), (2,)]
     finally:
         postgres.drop(postgres_server, url)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from memstream.clock import from_timestamp
@@ -17,6 +18,15 @@ _USAGE = ("INSERT INTO model_usage (stream, role, calls, failures, prompt_tokens
           "prompt_tokens = model_usage.prompt_tokens + excluded.prompt_tokens, "
           "completion_tokens = model_usage.completion_tokens + excluded.completion_tokens, "
           "retries = model_usage.retries + excluded.retries")
+
+
+# A model call also counts in its UTC day's row (the wall clock's day: when the call was made, even in a replay).
+_DAILY_USAGE = ("INSERT INTO model_usage_daily AS d (stream, role, day, calls, failures, prompt_tokens, "
+                "completion_tokens, retries) VALUES (%s, %s, floor(extract(epoch FROM now()) / 86400)::bigint * 86400, "
+                "%s, %s, %s, %s, %s) ON CONFLICT (stream, role, day) DO UPDATE SET calls = d.calls + excluded.calls, "
+                "failures = d.failures + excluded.failures, prompt_tokens = d.prompt_tokens + excluded.prompt_tokens, "
+                "completion_tokens = d.completion_tokens + excluded.completion_tokens, "
+                "retries = d.retries + excluded.retries")
 
 
 def _where(stream: str | None, prefix: str = "WHERE") -> tuple[str, tuple[Any, ...]]:
@@ -63,11 +73,17 @@ class Counters(Core):
     async def record_usage(self, stream: str, role: str, *, calls: int = 1, failures: int = 0,
                            prompt_tokens: int = 0, completion_tokens: int = 0, retries: int = 0) -> None:
         """Count model calls (failed ones, and retries the client made) and tokens per stream and role."""
-        await self._execute(_USAGE, (stream, role, calls, failures, prompt_tokens, completion_tokens, retries))
+        row = (stream, role, calls, failures, prompt_tokens, completion_tokens, retries)
+        async with self.transaction():
+            await self._execute(_USAGE, row)
+            await self._execute(_DAILY_USAGE, row)
 
     async def record_usage_many(self, rows: Sequence[UsageRow]) -> None:
         """Add many (stream, role, calls, failures, prompt tokens, completion tokens, retries) rows at once."""
-        await self._many(_USAGE, rows)
+        if rows:
+            async with self.transaction():
+                await self._many(_USAGE, rows)
+                await self._many(_DAILY_USAGE, rows)
 
     async def count_fault(self, stream: str, kind: str, count: int = 1) -> None:
         """Count a degraded outcome (rating_fallback, insight_dropped, questions_trimmed, ...)."""
@@ -97,6 +113,16 @@ class Counters(Core):
                                 f'FROM model_usage {where} GROUP BY role ORDER BY role COLLATE "C"', args)
         return {row[0]: {"calls": int(row[1]), "failures": int(row[2]), "prompt_tokens": int(row[3]),
                          "completion_tokens": int(row[4])} for row in rows}
+
+    async def usage_by_day(self, stream: str | None = None) -> list[tuple[datetime, str, dict[str, int]]]:
+        """Model calls and tokens per UTC day and role (one stream, or all), oldest day first."""
+        where, args = _where(stream)
+        rows = await self._rows(f"SELECT day, role, SUM(calls), SUM(failures), SUM(prompt_tokens), "
+                                f"SUM(completion_tokens) FROM model_usage_daily {where} GROUP BY day, role "
+                                'ORDER BY day, role COLLATE "C"', args)
+        return [(from_timestamp(row[0]), row[1], {"calls": int(row[2]), "failures": int(row[3]),
+                                                  "prompt_tokens": int(row[4]), "completion_tokens": int(row[5])})
+                for row in rows]
 
     async def retries(self, stream: str | None = None) -> dict[str, int]:
         """Failed requests the model client retried, per role (one stream, or all)."""

@@ -22,7 +22,7 @@ _CUTOFF = re.compile(r"removable cutoff: (\d+)")
 # In the meta table while a scrub could not remove the deleted rows (an older snapshot still saw them).
 _SCRUB_MARK = "scrub_pending_since"
 _TRACE_TABLES = ("reply_traces", "trace_items", "trace_messages")
-_STREAM_TABLES = ("stream_state", "model_usage", "faults")
+_STREAM_TABLES = ("stream_state", "model_usage", "model_usage_daily", "faults", "stream_numbers")
 
 
 def _removed(cutoff: int, xid: int) -> bool:

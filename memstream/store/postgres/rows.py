@@ -19,7 +19,7 @@ from memstream.store.records import NewMemory, UsageRow
 __all__ = ["CLAIM_SECONDS", "Rows", "memory_row"]
 
 COLUMNS = ("id, stream, kind, text, created_at, last_accessed_at, importance, importance_source, depth, "
-           "author, author_id, channel, channel_id, message_id, status")
+           "author, author_id, channel, channel_id, message_id, status, number")
 # A pending memory is the inserting process's for this long (server clock): another process's retries leave
 # it alone while the first completes it (or fails and lets it go: count_attempt).
 CLAIM_SECONDS = 300.0
@@ -52,7 +52,7 @@ def memory_row(row: Sequence[Any]) -> Memory:
         importance=row[6], importance_source=row[7], depth=row[8],
         source=Source(author=row[9], author_id=row[10], channel=row[11], channel_id=row[12],
                       message_id=row[13]),
-        status=row[14],
+        status=row[14], number=row[15],
     )
 
 
@@ -218,21 +218,32 @@ class Rows(Counters):
                 found[int(row[0])] = memory_row(row)
         return found
 
-    async def recent(self, stream: str, limit: int, *, offset: int = 0,
-                     include_pending: bool = False) -> list[Memory]:
-        """The most recent memories of a stream, newest first."""
+    async def by_number(self, stream: str, number: int) -> int:
+        """The id of the memory a stream shows as #number (MemoryNotFound if there is none)."""
+        row = await self._row("SELECT id FROM memories WHERE stream = %s AND number = %s", (stream, number))
+        if row is None:
+            raise MemoryNotFound(f"no memory #{number} in stream {stream!r}", memory_id=number)
+        return int(row[0])
+
+    async def recent(self, stream: str, limit: int, *, offset: int = 0, include_pending: bool = False,
+                     kind: str | None = None) -> list[Memory]:
+        """The most recent memories of a stream (of one kind, if given), newest first."""
         status = "" if include_pending else "AND status = 'ready'"
-        rows = await self._rows(f"SELECT {COLUMNS} FROM memories WHERE stream = %s {status} "
-                                "ORDER BY created_at DESC, id DESC LIMIT %s OFFSET %s", (stream, limit, offset))
+        rows = await self._rows(f"SELECT {COLUMNS} FROM memories WHERE stream = %(stream)s {status} AND "
+                                "(%(kind)s::text IS NULL OR kind = %(kind)s::text) ORDER BY created_at DESC, id DESC "
+                                "LIMIT %(limit)s OFFSET %(offset)s",
+                                {"stream": stream, "kind": kind, "limit": limit, "offset": offset})
         return [memory_row(row) for row in rows]
 
     async def pending_memories(self, limit: int = 1000, *, due_at: float | None = None,
-                               claim: bool = False) -> list[Memory]:
+                               streams: Sequence[str] | None = None, claim: bool = False) -> list[Memory]:
         """Memories waiting for a rating or an embedding, oldest first; with `due_at`, only those whose next
-        attempt is due by then. With `claim`, only those no other process has claimed, now claimed for
-        CLAIM_SECONDS by this one (FOR UPDATE SKIP LOCKED: two processes never get the same memory)."""
-        due = "AND (%(due)s::float8 IS NULL OR next_attempt_at IS NULL OR next_attempt_at <= %(due)s::float8)"
-        args = {"due": due_at, "limit": limit}
+        attempt is due by then; with `streams`, only those of these streams. With `claim`, only those no
+        other process has claimed, now claimed for CLAIM_SECONDS by this one (FOR UPDATE SKIP LOCKED: two
+        processes never get the same memory)."""
+        due = ("AND (%(due)s::float8 IS NULL OR next_attempt_at IS NULL OR next_attempt_at <= %(due)s::float8) "
+               "AND (%(streams)s::text[] IS NULL OR stream = ANY(%(streams)s::text[]))")
+        args = {"due": due_at, "limit": limit, "streams": None if streams is None else list(streams)}
         if not claim:
             rows = await self._rows(f"SELECT {COLUMNS} FROM memories WHERE status = 'pending' {due} "
                                     "ORDER BY id LIMIT %(limit)s", args)

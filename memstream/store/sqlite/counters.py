@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from memstream.clock import from_timestamp
@@ -10,6 +11,14 @@ from memstream.store.records import UsageRow
 from memstream.store.sqlite.migrate import Migrations
 
 __all__ = ["Counters"]
+
+# A model call also counts in its UTC day's row (the wall clock's day: when the call was made, even in a replay).
+_DAILY_USAGE = ("INSERT INTO model_usage_daily (stream, role, day, calls, failures, prompt_tokens, completion_tokens, "
+                "retries) VALUES (?1, ?2, CAST(strftime('%s', 'now') AS INTEGER) / 86400 * 86400, ?3, ?4, ?5, ?6, ?7) "
+                "ON CONFLICT (stream, role, day) DO UPDATE SET calls = calls + excluded.calls, "
+                "failures = failures + excluded.failures, prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
+                "completion_tokens = completion_tokens + excluded.completion_tokens, "
+                "retries = retries + excluded.retries")
 
 
 class Counters(Migrations):
@@ -66,6 +75,8 @@ class Counters(Migrations):
             "retries = retries + excluded.retries",
             (stream, role, calls, failures, prompt_tokens, completion_tokens, retries),
         )
+        await self.conn.execute(_DAILY_USAGE,
+                                (stream, role, calls, failures, prompt_tokens, completion_tokens, retries))
 
     async def count_fault(self, stream: str, kind: str, count: int = 1) -> None:
         """Count a degraded outcome (rating_fallback, insight_dropped, questions_trimmed, ...)."""
@@ -105,6 +116,7 @@ class Counters(Migrations):
                 "completion_tokens = completion_tokens + excluded.completion_tokens, "
                 "retries = retries + excluded.retries", list(rows),
             )
+            await self.conn.executemany(_DAILY_USAGE, list(rows))
 
     async def usage(self, stream: str | None = None) -> dict[str, dict[str, int]]:
         """Model calls and tokens per role (one stream, or all)."""
@@ -115,6 +127,16 @@ class Counters(Migrations):
         ) as cur:
             return {row[0]: {"calls": row[1], "failures": row[2], "prompt_tokens": row[3],
                              "completion_tokens": row[4]} for row in await cur.fetchall()}
+
+    async def usage_by_day(self, stream: str | None = None) -> list[tuple[datetime, str, dict[str, int]]]:
+        """Model calls and tokens per UTC day and role (one stream, or all), oldest day first."""
+        where, args = ("WHERE stream = ?", (stream,)) if stream is not None else ("", ())
+        async with self.conn.execute(
+            f"SELECT day, role, SUM(calls), SUM(failures), SUM(prompt_tokens), SUM(completion_tokens) "
+            f"FROM model_usage_daily {where} GROUP BY day, role ORDER BY day, role", args
+        ) as cur:
+            return [(from_timestamp(row[0]), row[1], {"calls": row[2], "failures": row[3], "prompt_tokens": row[4],
+                                                      "completion_tokens": row[5]}) for row in await cur.fetchall()]
 
     async def retries(self, stream: str | None = None) -> dict[str, int]:
         """Failed requests the model client retried, per role (one stream, or all)."""

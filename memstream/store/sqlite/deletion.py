@@ -102,7 +102,8 @@ class Deletion(Traces):
         self._vacuum_due = True  # a whole stream: rewriting the file is cheaper than looking for its texts
         async with self.transaction():
             cursor = await self.conn.execute("DELETE FROM memories WHERE stream = ?", (stream,))
-            for table in ("reply_traces", "stream_state", "model_usage", "faults"):
+            for table in ("reply_traces", "stream_state", "model_usage", "model_usage_daily", "faults",
+                          "stream_numbers"):
                 await self.conn.execute(f"DELETE FROM {table} WHERE stream = ?", (stream,))
         return cursor.rowcount
 

@@ -18,7 +18,7 @@ from memstream.store.sqlite.counters import Counters
 __all__ = ["Rows", "to_blob"]
 
 _COLUMNS = ("id, stream, kind, text, created_at, last_accessed_at, importance, importance_source, depth, "
-            "author, author_id, channel, channel_id, message_id, status")
+            "author, author_id, channel, channel_id, message_id, status, number")
 
 _INSERT = ("INSERT INTO memories (stream, kind, text, created_at, last_accessed_at, importance, importance_source, "
            "depth, author, author_id, channel, channel_id, message_id, status, embedding) "
@@ -44,7 +44,7 @@ def _memory(row: Sequence[Any]) -> Memory:
         importance=row[6], importance_source=row[7], depth=row[8],
         source=Source(author=row[9], author_id=row[10], channel=row[11], channel_id=row[12],
                       message_id=row[13]),
-        status=row[14],
+        status=row[14], number=row[15],
     )
 
 
@@ -210,36 +210,50 @@ class Rows(Counters):
             raise MemoryNotFound(f"no memory #{memory_id}{where}", memory_id=memory_id)
         return _memory(row)
 
+    async def by_number(self, stream: str, number: int) -> int:
+        """The id of the memory a stream shows as #number (MemoryNotFound if there is none)."""
+        async with self.conn.execute("SELECT id FROM memories WHERE stream = ? AND number = ?",
+                                     (stream, number)) as cur:
+            row = await cur.fetchone()
+        if row is None:
+            raise MemoryNotFound(f"no memory #{number} in stream {stream!r}", memory_id=number)
+        return int(row[0])
+
     async def get_many(self, ids: Sequence[int]) -> dict[int, Memory]:
         """Memories by id (missing ones are left out)."""
         found: dict[int, Memory] = {}
         for start in range(0, len(ids), 500):
             chunk = list(ids[start:start + 500])
             marks = ",".join("?" * len(chunk))
-            async with self.conn.execute(f"SELECT {_COLUMNS} FROM memories WHERE id IN ({marks})", chunk) as cur:
-                for row in await cur.fetchall():
-                    found[row[0]] = _memory(row)
+            for row in await self.conn.execute_fetchall(f"SELECT {_COLUMNS} FROM memories WHERE id IN ({marks})",
+                                                        chunk):  # one round trip to SQLite's thread
+                found[row[0]] = _memory(row)
         return found
 
-    async def recent(self, stream: str, limit: int, *, offset: int = 0,
-                     include_pending: bool = False) -> list[Memory]:
-        """The most recent memories of a stream, newest first."""
+    async def recent(self, stream: str, limit: int, *, offset: int = 0, include_pending: bool = False,
+                     kind: str | None = None) -> list[Memory]:
+        """The most recent memories of a stream (of one kind, if given), newest first."""
         status = "" if include_pending else "AND status = 'ready'"
         async with self.conn.execute(
-            f"SELECT {_COLUMNS} FROM memories WHERE stream = ? {status} "
-            "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?", (stream, limit, offset)
+            f"SELECT {_COLUMNS} FROM memories WHERE stream = ?1 {status} AND (?2 IS NULL OR kind = ?2) "
+            "ORDER BY created_at DESC, id DESC LIMIT ?3 OFFSET ?4", (stream, kind, limit, offset)
         ) as cur:
             return [_memory(row) for row in await cur.fetchall()]
 
     async def pending_memories(self, limit: int = 1000, *, due_at: float | None = None,
-                               claim: bool = False) -> list[Memory]:
+                               streams: Sequence[str] | None = None, claim: bool = False) -> list[Memory]:
         """Memories waiting for a rating or an embedding, oldest first; with `due_at`, only those whose
-        next attempt is due by then. `claim` changes nothing here (see Store.pending_memories)."""
-        async with self.conn.execute(
-            f"SELECT {_COLUMNS} FROM memories WHERE status = 'pending' AND (? IS NULL OR next_attempt_at IS NULL "
-            "OR next_attempt_at <= ?) ORDER BY id LIMIT ?", (due_at, due_at, limit)
-        ) as cur:
-            return [_memory(row) for row in await cur.fetchall()]
+        next attempt is due by then; with `streams`, only those of these streams (500 keys a query).
+        `claim` changes nothing here (see Store.pending_memories)."""
+        sql = (f"SELECT {_COLUMNS} FROM memories WHERE status = 'pending' AND (? IS NULL OR next_attempt_at IS NULL "
+               "OR next_attempt_at <= ?)")
+        found: list[Memory] = []
+        for chunk in [None] if streams is None else [streams[i:i + 500] for i in range(0, len(streams), 500)]:
+            where = "" if chunk is None else f" AND stream IN ({','.join('?' * len(chunk))})"
+            async with self.conn.execute(f"{sql}{where} ORDER BY id LIMIT ?",
+                                         (due_at, due_at, *(chunk or ()), limit)) as cur:
+                found += [_memory(row) for row in await cur.fetchall()]
+        return sorted(found, key=lambda m: m.id)[:limit]
 
     async def by_author(self, stream: str, author_id: str) -> list[int]:
         """Ids of the observations made from one author's messages in a stream."""
