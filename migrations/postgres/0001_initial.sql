@@ -107,18 +107,10 @@ CREATE TABLE meta (
 
 -- Every write to a stream's memories takes a new version from one sequence (never reused, so a purged and
 -- refilled stream never shows an old number), in the writing transaction: a process holding a stream's
--- matrix compares versions before each query to see other processes' writes.
+-- matrix compares versions before each query to see other processes' writes. A stream's row is also the lock
+-- every writer of the stream takes first (version 0: never written).
 CREATE SEQUENCE stream_change_versions;
 CREATE TABLE stream_changes (
     stream  text PRIMARY KEY,
     version bigint NOT NULL
 );
--- The version before and after one write (0: never written; the row lock orders writers): a writer whose `old` is the version
--- it knew has seen everything before its own write.
-CREATE FUNCTION memstream_bump(target text, OUT old bigint, OUT new bigint) LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO stream_changes (stream, version) VALUES (target, 0) ON CONFLICT (stream) DO NOTHING;
-    SELECT version INTO old FROM stream_changes WHERE stream = target FOR UPDATE;
-    new := nextval('stream_change_versions');
-    UPDATE stream_changes SET version = new WHERE stream = target;
-END $$;

@@ -183,6 +183,32 @@ async def test_a_process_sees_other_processes_writes_to_its_streams_not_its_own(
         await there.close()
 
 
+async def test_writers_of_one_stream_in_two_processes_never_deadlock(postgres_url: str) -> None:
+    # A reflection (touches, insights, the importance reset) beside new messages and their completion: each
+    # takes the stream's lock first, so they queue instead of locking rows in opposite orders.
+    a, b = await Store.open(postgres_url), await Store.open(postgres_url)
+    try:
+        ids = await a.insert(memories(20, dim=4))
+        vector = np.ones(4, np.float32)
+
+        async def reflect(i: int) -> None:
+            insight = NewMemory(stream="guild:1", kind="reflection", text=f"insight {i}", created_at=T0, importance=5,
+                                importance_source="derived", depth=1, embedding=vector)
+            await a.save_reflection("guild:1", [(insight, ids[:2])], T0, {m: T0 + i for m in ids[i % 5::5]})
+
+        async def observe(i: int) -> None:
+            [(new, _)] = await b.insert_unique([NewMemory(stream="guild:1", kind="observation", text=f"m{i}",
+                                                          created_at=T0, source=Source(message_id=f"x{i}"))])
+            await b.complete_many("guild:1", [(new, 3, "rater", vector)], [("guild:1", "rater", 1, 0, 1, 1, 0)])
+
+        await asyncio.gather(*(work(i) for i in range(40) for work in (reflect, observe)))
+        assert (await a.state("guild:1"))["reflections"] == 40
+        assert (await a.counts("guild:1"))["observations"] == 60
+    finally:
+        await a.close()
+        await b.close()
+
+
 async def test_a_memory_stream_reloads_a_stream_another_process_wrote_to(make_memory: Any, embedder: Any,
                                                                         database: Any) -> None:
     memory = make_memory()

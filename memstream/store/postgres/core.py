@@ -34,6 +34,7 @@ class _Transaction:
     conn: Conn
     task: asyncio.Task[Any] | None
     bumps: list[tuple[str, int, int]] = field(default_factory=list)  # (stream, old, new), applied on commit
+    locked: dict[str, int] = field(default_factory=dict)  # streams locked, with their version now
 
 
 _active: ContextVar[_Transaction | None] = ContextVar("memstream_postgres_transaction", default=None)
@@ -123,18 +124,37 @@ class Core:
             raise StoreError(f"{self.path}: {len(batch)} statements gave {len(out)} results")
         return out
 
-    # -- change versions (see migrations/postgres/0001_initial.sql)
+    # -- stream locks and change versions (see migrations/postgres/0001_initial.sql)
 
-    async def _bump(self, streams: Iterable[str]) -> None:
-        """Give these streams a new change version in the current transaction (after its writes, in one
-        order, so that writers of several streams never wait for each other in a cycle)."""
+    async def _lock(self, streams: Iterable[str]) -> None:
+        """Lock these streams' change rows for the current transaction, in one order (bytewise), before it
+        takes any other lock of theirs: every writer of a stream takes this lock first, so writers of one
+        stream queue instead of locking each other's rows in opposite orders (a deadlock)."""
         state = self._joined()
         if state is None:
-            raise RuntimeError("a change version is taken inside the writing transaction")
-        for stream in sorted(set(streams)):
-            row = await self._row("SELECT old, new FROM memstream_bump(%s)", (stream,))
-            assert row is not None
-            state.bumps.append((stream, int(row[0]), int(row[1])))
+            raise RuntimeError("streams are locked inside the writing transaction")
+        wanted = sorted(set(streams) - set(state.locked))
+        if not wanted:
+            return
+        rows = await self._rows(
+            "INSERT INTO stream_changes (stream, version) SELECT s, 0 FROM unnest(%s::text[]) AS s "
+            'ORDER BY s COLLATE "C" ON CONFLICT (stream) DO UPDATE SET version = stream_changes.version '
+            "RETURNING stream, version", (wanted,))
+        state.locked.update({row[0]: int(row[1]) for row in rows})
+
+    async def _bump(self, streams: Iterable[str]) -> None:
+        """Give these streams a new change version in the current transaction (their memories changed)."""
+        wanted = sorted(set(streams))
+        if not wanted:
+            return
+        await self._lock(wanted)
+        state = self._joined()
+        assert state is not None
+        rows = await self._rows("UPDATE stream_changes SET version = nextval('stream_change_versions') "
+                                "WHERE stream = ANY(%s) RETURNING stream, version", (wanted,))
+        for stream, new in rows:
+            state.bumps.append((stream, state.locked[stream], int(new)))
+            state.locked[stream] = int(new)
 
     def _committed(self, bumps: Sequence[tuple[str, int, int]]) -> None:
         """Our writes are in: a stream whose version before our write is not the one we knew was written by

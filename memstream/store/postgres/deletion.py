@@ -47,6 +47,7 @@ class Deletion(Traces):
                 frontier = (await self._citing(frontier) | await self._replies_to(frontier)
                             | await self._replies_using(frontier)) - doomed
             ordered = sorted(doomed - set(keep))
+            await self._lock(await self._streams_of(ordered))
             rows = await self._rows("DELETE FROM memories WHERE id = ANY(%s) RETURNING stream", (ordered,))
             await self._bump(row[0] for row in rows)
             if rows:
@@ -93,6 +94,7 @@ class Deletion(Traces):
     async def purge_stream(self, stream: str) -> int:
         """Delete a whole stream: memories, traces, state, usage and fault counts."""
         async with self.transaction():
+            await self._lock([stream])
             removed = await self._execute("DELETE FROM memories WHERE stream = %s", (stream,))
             for table in ("reply_traces", *_STREAM_TABLES):
                 await self._execute(f"DELETE FROM {table} WHERE stream = %s", (stream,))

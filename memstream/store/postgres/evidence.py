@@ -19,6 +19,7 @@ class Evidence(Loading):
         """Insights, their evidence pointers, the importance reset and the last-access updates of the
         reflection's retrievals (`touches`, id: time), in one transaction."""
         async with self.transaction():
+            await self._lock([stream, *(await self._streams_of(touches or ()))])
             if touches:
                 rows = await self._many_returning(
                     "UPDATE memories SET last_accessed_at = GREATEST(last_accessed_at, %s) WHERE id = %s "

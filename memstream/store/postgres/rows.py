@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -68,6 +68,7 @@ class Rows(Counters):
         if not memories:
             return []
         async with self.transaction():
+            await self._lock(m.stream for m in memories)
             await self._check_dimensions(m.embedding for m in memories)
             results = await self._many_returning(_INSERT, [_insert_row(m) for m in memories])
             ids = [int(rows[0][0]) for rows in results]
@@ -90,6 +91,7 @@ class Rows(Counters):
             return []
         out: list[tuple[int, bool] | None] = [None] * len(memories)
         async with self.transaction():
+            await self._lock(m.stream for m in memories)
             await self._check_dimensions(m.embedding for m in memories)
             seen: dict[tuple[str, str], int] = {}
             fresh: list[tuple[int, NewMemory]] = []
@@ -127,6 +129,7 @@ class Rows(Counters):
             await self.record_usage_many(usage)
             return []
         async with self.transaction():
+            await self._lock([stream])
             await self._check_dimensions(vector for *_, vector in items)
             results = await self._many_returning(_COMPLETE, [(importance, source, _vector(vector), memory_id, stream)
                                                              for memory_id, importance, source, vector in items])
@@ -141,6 +144,7 @@ class Rows(Counters):
                        embedding: npt.NDArray[np.float32]) -> bool:
         """Make a pending memory ready; False if it was deleted (or completed elsewhere) meanwhile."""
         async with self.transaction():
+            await self._lock(await self._streams_of([memory_id]))
             await self._check_dimensions([embedding])
             row = await self._row("UPDATE memories SET importance = %s, importance_source = %s, embedding = %s, "
                                   "status = 'ready', claimed_until = NULL WHERE id = %s AND status = 'pending' "
@@ -164,6 +168,7 @@ class Rows(Counters):
     async def update_text(self, memory_id: int, text: str, embedding: npt.NDArray[np.float32]) -> None:
         """Replace an observation's text and embedding (an edited message)."""
         async with self.transaction():
+            await self._lock(await self._streams_of([memory_id]))
             await self._check_dimensions([embedding])
             rows = await self._rows("UPDATE memories SET text = %s, embedding = %s WHERE id = %s RETURNING stream",
                                     (text, _vector(embedding), memory_id))
@@ -180,9 +185,15 @@ class Rows(Counters):
             return
         if ids:
             async with self.transaction():
+                await self._lock(await self._streams_of(ids))
                 rows = await self._rows("UPDATE memories SET last_accessed_at = %s WHERE id = ANY(%s) "
                                         "RETURNING stream", (at, sorted(set(ids))))
                 await self._bump(row[0] for row in rows)
+
+    async def _streams_of(self, ids: Iterable[int]) -> list[str]:
+        """The streams of these memories (to lock them before writing to the memories)."""
+        rows = await self._rows("SELECT DISTINCT stream FROM memories WHERE id = ANY(%s)", (sorted(set(ids)),))
+        return [row[0] for row in rows]
 
     async def find_messages(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
         """The memories made from these (stream, Discord message id) pairs, where stored."""

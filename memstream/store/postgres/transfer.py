@@ -38,10 +38,11 @@ class Transfer(Claims):
 
     async def put_rows(self, table: Table, rows: Sequence[Sequence[Any]]) -> None:
         """Write rows as they are, in one transaction; a row whose key is already there is left alone."""
+        streams = {r[table.columns.index("stream")] for r in rows} if table.name == "memories" else set()
         async with self.transaction():
+            await self._lock(streams)
             await self._many(f"INSERT INTO {table.name} ({', '.join(table.columns)}) VALUES "
                              f"({', '.join(['%s'] * len(table.columns))}) ON CONFLICT DO NOTHING", rows)
-            streams = {r[table.columns.index("stream")] for r in rows} if table.name == "memories" else set()
             await self._bump(streams)
 
     async def last_key(self, table: Table) -> tuple[Any, ...] | None:
