@@ -154,7 +154,15 @@ def two_writers(url: str, seconds: float = 60.0, rate: float = 50.0) -> dict[str
     """Two writer processes, every message delivered to both; then what the database holds."""
     procs = [subprocess.Popen([sys.executable, "-m", "bench.postgres", "writer", url, str(seconds), str(rate), name],
                               stdout=subprocess.PIPE, text=True, cwd=_ROOT) for name in ("a", "b")]
-    results = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
+    try:
+        outs = [p.communicate(timeout=seconds * 4 + 120)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    if any(p.returncode for p in procs):
+        raise RuntimeError(f"a writer failed: exit statuses {[p.returncode for p in procs]}")
+    results = [json.loads(out.strip().splitlines()[-1]) for out in outs]
 
     async def holds() -> dict[str, Any]:
         async with await Store.open(url) as store:
