@@ -277,7 +277,7 @@ async def cmd_forget(memory: MemoryStream, args: argparse.Namespace) -> int:
         gone = await memory.forget(present, stream=stream) if present else []
     done = f"forgotten: {len(gone)} memory(ies), with the insights and replies built on them"
     if memory.scrubbed and gone:
-        done += "; no copy of their text is left in the database file"
+        done += "; no copy of their text is left in the database's files"
     lines = [done, *_scrub_lines(memory)]
     if missing:
         where = f" in stream {stream}" if stream is not None else ""
@@ -294,8 +294,9 @@ def _scrub_lines(memory: MemoryStream) -> list[str]:
     if memory.scrubbed:
         return []
     return [f"note: another process is reading {memory.store.path}, so older copies of the forgotten text stay "
-            "in its write-ahead log until it lets go; memstream removes them the next time it opens or closes "
-            "this persona (run any memstream command on it after that process stops, or stop the bot briefly)"]
+            "in its write-ahead log (or, on PostgreSQL, in its tables' dead rows) until it lets go; memstream "
+            "removes them the next time it opens or closes this persona (run any memstream command on it after "
+            "that process stops, or stop the bot briefly)"]
 
 
 async def cmd_stats(memory: MemoryStream, args: argparse.Namespace) -> int:
