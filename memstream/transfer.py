@@ -58,6 +58,7 @@ async def copy_store(src: Store, dst: Store, *, source: str, batch: int = BATCH_
         report.copied[table.name] = await _copy_table(src, dst, table, batch, progress)
         if table.sequence:
             await dst.raise_id_floor(table, await src.id_floor(table))
+    await dst.optimize()
     await _check(src, dst, report, k)
     return report
 

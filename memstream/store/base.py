@@ -331,3 +331,8 @@ class Store(Protocol):
     async def raise_id_floor(self, table: Table, floor: int) -> None:
         """New ids of `table` start above `floor` (never lowered)."""
         ...
+
+    async def optimize(self) -> None:
+        """After a bulk write (a copy): let the database plan and read well from the start (PostgreSQL:
+        VACUUM ANALYZE, which sets the visibility map and the planner's statistics; SQLite: PRAGMA optimize)."""
+        ...

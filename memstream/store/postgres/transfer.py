@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from memstream.store.postgres.claims import Claims
+from memstream.store.postgres.connection import connect, mapped_errors
 from memstream.store.tables import Table
 
 __all__ = ["Transfer"]
@@ -63,6 +64,13 @@ class Transfer(Claims):
                               f"{table.name}_id_seq")
         top = await self.last_key(table)
         return max(int(row[0]) if row else 0, int(top[0]) if top else 0)
+
+    async def optimize(self) -> None:
+        """After a bulk write: VACUUM ANALYZE (outside a transaction), so that the planner reads a stream's id
+        ranges by index and index-only scans see the visibility map, as autovacuum would set them later."""
+        async with connect(self.url) as conn:
+            with mapped_errors(self.path):
+                await conn.execute("VACUUM (ANALYZE)")
 
     async def raise_id_floor(self, table: Table, floor: int) -> None:
         """New ids of `table` start above `floor` (never lowered)."""

@@ -61,6 +61,11 @@ class Transfer(Scrub):
         top = await self.last_key(table)
         return max(int(row[0]) if row else 0, int(top[0]) if top else 0)
 
+    async def optimize(self) -> None:
+        """After a bulk write: SQLite's own upkeep of its query planner's statistics."""
+        async with self.conn.execute("PRAGMA optimize"):
+            pass
+
     async def raise_id_floor(self, table: Table, floor: int) -> None:
         """New ids of `table` start above `floor` (never lowered)."""
         async with self.transaction():
