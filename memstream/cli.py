@@ -28,6 +28,8 @@ from memstream.history import parse_time, read_history
 from memstream.llm import Completion
 from memstream.profiles import BASELINES, PROFILES, configured
 from memstream.records import EvidenceNode, Memory, ScoredMemory
+from memstream.shell import STEPS, spinner_wanted, why_lines
+from memstream.spinner import Spinner
 from memstream.stream import DEFAULT_STREAM, MemoryStream, Reply, connect_models
 from memstream.terminal import visible, visible_json
 
@@ -354,37 +356,59 @@ async def cmd_chat(memory: MemoryStream, args: argparse.Namespace) -> int:
     print(f"Talking to {memory.name} (stream {args.stream!r}). /help for commands, Ctrl-D to leave.",
           file=sys.stderr)
     last: Reply | None = None
+    remembering: asyncio.Future[None] | None = None  # the last reply's rating and embedding, while the user reads
+    spin = Spinner(spinner_wanted(args.json))
     try:
         while True:
             line = await _read_line(f"{name}> " if tty else None)
             if line is None:  # Ctrl-D: leave the shell's prompt on a line of its own
                 if tty:
                     print(file=sys.stderr)
+                with spin:
+                    await _remembered(remembering, spin)
                 return 0
             text = line.strip()
             if not text:
                 continue
             if text.startswith("/"):
                 if text in ("/quit", "/exit"):
+                    with spin:
+                        await _remembered(remembering, spin)
                     return 0
                 if text == "/help":
                     print(CHAT_HELP, file=sys.stderr)
                 elif text == "/why":
-                    print(visible("\n".join(ranking_lines(last.memories)) if last and last.memories
-                                  else "no reply yet (or it used no memory)"))
+                    with spin:
+                        await _remembered(remembering, spin)
+                    print(visible("\n".join(await why_lines(memory, last))))
                 else:
                     print(f"unknown command {visible(text.split()[0])}: /help lists them", file=sys.stderr)
                 continue
-            last = await memory.respond(text, stream=args.stream, speaker=name, at=args.at)
+            with spin:
+                await _remembered(remembering, spin)
+                last = await memory.respond(text, stream=args.stream, speaker=name, at=args.at, defer_reply=True,
+                                            on_step=lambda step: spin.show(STEPS[step]))
+            remembering = asyncio.ensure_future(memory.reply_sent(last, []))
             if args.json:
                 print(json.dumps({"reply": last.text, "trace": last.trace_id,
                                   "memories": [scored_json(m, i) for i, m in enumerate(last.memories, 1)]}))
             else:
                 print(visible(f"{memory.name}: {last.text}"), flush=True)
     except (KeyboardInterrupt, asyncio.CancelledError):
+        spin.stop()
+        if remembering is not None:  # left pending: completed by the next command on this persona
+            remembering.cancel()
         if tty:
             print(file=sys.stderr)
         raise
+
+
+async def _remembered(remembering: asyncio.Future[None] | None, spin: Spinner) -> None:
+    """Wait for the last reply to be rated and embedded (it runs while the user reads and types)."""
+    if remembering is not None and not remembering.done():
+        spin.show(STEPS["remembering"])
+    if remembering is not None:
+        await remembering
 
 
 async def _read_line(prompt: str | None) -> str | None:

@@ -7,6 +7,7 @@ environment variable that holds the API key does.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import tomllib
@@ -96,6 +97,8 @@ class ModelConfig:
     embedding_dimensions: int | None = None
     timeout: float = 60.0
     max_retries: int = 2
+    # Fields added to each rating request, e.g. llama.cpp's {grammar = 'root ::= [1-9] | "10"'}.
+    rater_extra_body: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     def resolved_base_url(self, environ: Mapping[str, str] | None = None) -> str | None:
         """The base URL from the file, else OPENAI_BASE_URL, else None (OpenAI itself)."""
@@ -241,6 +244,13 @@ def _ids(value: object) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _request_fields(value: object) -> dict[str, Any]:
+    if not isinstance(value, dict) or {"model", "messages"} & set(value):
+        raise ValueError
+    json.dumps(value)  # sent as JSON: a TOML date is refused here (TypeError), not at the first request
+    return dict(value)
+
+
 def _zone(value: object) -> str:
     name = _text(value)
     try:
@@ -308,6 +318,8 @@ def _models(section: _Section) -> ModelConfig:
                                           "must be a whole number"),
         timeout=section.take("timeout", _number, d.timeout, "must be a number of seconds"),
         max_retries=section.take("max_retries", _whole, d.max_retries, "must be a whole number"),
+        rater_extra_body=section.take("rater_extra_body", _request_fields, d.rater_extra_body,
+                                      "must be a table of request fields other than model and messages"),
     )
     section.done(keys)
     if cfg.base_url and not cfg.base_url.startswith(("http://", "https://")):

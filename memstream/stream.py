@@ -65,6 +65,10 @@ def _check_importance(value: int | None) -> None:
         raise ConfigError(f"importance must be a whole number from 1 to 10, got {value!r}")
 
 
+def _silent(step: str) -> None:
+    return None
+
+
 class _Unavailable:
     """A chat model that cannot be reached, saying why when (and only if) it is used."""
 
@@ -135,9 +139,12 @@ class MemoryStream:
                    **options: Any) -> MemoryStream:
         """Open a persona's store and connect its models (OpenAI-compatible unless fakes are given)."""
         client = None
+        rater = chat
         if chat is None or embedder is None:
             made_chat, made_embedder, client = connect_models(persona, environ)
             chat, embedder = chat or made_chat, embedder or made_embedder
+            if rater is None and persona.models.rater_extra_body and client is not None:
+                rater = OpenAIChat(client, extra_body=persona.models.rater_extra_body)
         try:
             store = await Store.open(persona.database)
         except BaseException:
@@ -145,7 +152,7 @@ class MemoryStream:
                 await client.close()
             raise
         m = persona.models
-        memory = cls(store, embedder, rater=RoleModel(chat, m.rater), reflector=RoleModel(chat, m.reflector),
+        memory = cls(store, embedder, rater=RoleModel(rater or chat, m.rater), reflector=RoleModel(chat, m.reflector),
                      agent=RoleModel(chat, m.agent), name=persona.name, summary=persona.summary,
                      config=persona.memory, clock=clock, tz=persona.tz, **options)
         if client is not None:
@@ -417,7 +424,8 @@ class MemoryStream:
     async def respond(self, message: str, *, stream: str = DEFAULT_STREAM, situation: str | None = None,
                       speaker: str = "Someone", at: datetime | None = None, observe_message: bool = True,
                       source: Source | None = None, reply_source: Source | None = None,
-                      exclude_message: str | None = None, defer_reply: bool = False) -> Reply:
+                      exclude_message: str | None = None, defer_reply: bool = False,
+                      on_step: Callable[[str], None] | None = None) -> Reply:
         """Answer a message: observe it, retrieve for it, ask the agent model, remember the reply.
 
         The reply is stored at once, as a pending memory, with the trace of what it was built from; then it is
@@ -425,8 +433,10 @@ class MemoryStream:
         is never lost to it). With `defer_reply` that second step is the caller's, after the reply is out:
         `reply_sent` (or `reply_unsent` if it could not be delivered), so a reply waits for no model call but
         the agent's. The message's own memory never fills one of the k places (observed here, or already
-        stored from the Discord message `exclude_message`).
+        stored from the Discord message `exclude_message`). `on_step` hears each step as it starts
+        ("observing", "retrieving", "answering"), for whoever shows the wait.
         """
+        step = on_step or _silent
         when = at or self.clock.now()
         exclude: set[int] = set()
         incoming: Memory | None = None
@@ -435,10 +445,13 @@ class MemoryStream:
             if found is not None:
                 exclude.add(found)
         if observe_message:
+            step("observing")
             incoming = await self.observe(f"{speaker}: {message}", stream=stream, at=when, source=source)
             exclude.add(incoming.id)
+        step("retrieving")
         memories = await self.retriever.retrieve(message, stream=stream, at=when, exclude=exclude)
         situation = situation or f'{speaker} says to you: "{message}"'
+        step("answering")
         prompt, text = await self.agent.act(situation=situation, memories=memories, at=when, stream=stream)
         asked = source or Source()
         own: Memory | None = None
