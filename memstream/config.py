@@ -36,6 +36,12 @@ PROFILE_NAMES = ("spec", "hybrid")
 PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
     "hybrid": {"weight_recency": 0.05, "weight_importance": 0.2, "weight_relevance": 1.0},
 }
+# Not profiles a persona runs with: what `memstream eval` compares the profiles against (memstream.profiles).
+BASELINES: dict[str, dict[str, object]] = {
+    "relevance": {"profile": "spec", "weight_recency": 0.0, "weight_importance": 0.0, "weight_relevance": 1.0},
+    "lexical": {"profile": "hybrid", "weight_recency": 0.0, "weight_importance": 0.0, "weight_relevance": 1.0,
+                "lexical_weight": 1.0},
+}
 
 
 @dataclass(frozen=True)

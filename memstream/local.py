@@ -160,7 +160,7 @@ class LocalServer:
         return self.address + "/v1"
 
     @classmethod
-    async def start(cls, model_file: Path, *, context: int = 8192, max_tokens: int = 512,
+    async def start(cls, model_file: Path, *, context: int = 8192, max_tokens: int = 256,
                     timeout: float = 60.0) -> LocalServer:
         """Load the model, listen, and wait until the server answers its health check."""
         try:
@@ -174,6 +174,8 @@ class LocalServer:
         params.port = 0  # any free port: listening_address says which
         params.n_ctx = context
         params.n_predict = max_tokens  # a tiny model may ramble: every answer is capped
+        # SmolLM2's recommended sampling, and a penalty against the loops small models fall into.
+        params.sampling.temp, params.sampling.top_p, params.sampling.penalty_repeat = 0.2, 0.9, 1.1
         params.verbosity = -1  # its log would run through the chat on stderr
         try:
             server = await asyncio.to_thread(xllamacpp.Server, params)
@@ -213,8 +215,7 @@ async def running(persona: PersonaConfig, *, serve: bool, database: Path | None 
     if not serve:
         yield persona.with_database(database or local_database(persona.database))
         return
-    if importlib.util.find_spec("sentence_transformers") is None or importlib.util.find_spec("xllamacpp") is None:
-        raise ConfigError(f"--local needs the local extra (sentence-transformers and xllamacpp): {EXTRA}")
+    await asyncio.to_thread(_load_extra)
     model_file = find_model(environ)
     if model_file is None:
         model_file = await asyncio.to_thread(fetch_model, cache_dir(environ), environ=environ, say=say)
@@ -223,6 +224,15 @@ async def running(persona: PersonaConfig, *, serve: bool, database: Path | None 
         yield local_persona(persona, server.base_url, model=server.model, database=database)
     finally:
         server.stop()
+
+
+def _load_extra() -> None:
+    """Import what the local models need (torch takes seconds: off the event loop), or say what to install."""
+    try:
+        importlib.import_module("xllamacpp")
+        importlib.import_module("sentence_transformers")
+    except ImportError as exc:
+        raise ConfigError(f"--local needs the local extra ({exc.name or exc} is not installed): {EXTRA}") from exc
 
 
 def main(argv: list[str] | None = None) -> int:

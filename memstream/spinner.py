@@ -52,6 +52,14 @@ class Spinner:
             self.stream.write("\r\x1b[2K")
             self.stream.flush()
 
+    def note(self, line: str) -> None:
+        """Print a line (on the spinner's stream), the spinner going on below it."""
+        running = self._thread is not None
+        self.stop()
+        print(line, file=self.stream, flush=True)
+        if running:
+            self.show(self.label)
+
     def _turn(self) -> None:
         tick = 0
         while not self._stop.is_set():

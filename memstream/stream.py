@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -23,7 +23,7 @@ from memstream.llm import ChatModel, Completion, OpenAIChat, make_client
 from memstream.models import Models, RoleModel
 from memstream.profiles import uses_lexical
 from memstream.rate import Rater, Rating
-from memstream.records import EvidenceNode, Memory, ScoredMemory, Source
+from memstream.records import DEFAULT_STREAM, EvidenceNode, Memory, Observation, ScoredMemory, Source
 from memstream.reflect import Reflection, Reflector
 from memstream.retrieve import Retriever, RetrieverLike
 from memstream.store import NewMemory, Store, deferred_touches
@@ -33,20 +33,8 @@ from memstream.vectors import VectorIndex
 __all__ = ["DEFAULT_STREAM", "MemoryStream", "Observation", "Reply", "connect_models"]
 
 log = logging.getLogger("memstream")
-DEFAULT_STREAM = "default"
 ReflectionHook = Callable[[str], Awaitable[None]]
 ExplainedReply = tuple[dict[str, Any], list[tuple[dict[str, Any], Memory | None]]]
-
-
-@dataclass(frozen=True)
-class Observation:
-    """Something to observe: text, when, in which stream, from where, and optionally its importance."""
-
-    text: str
-    stream: str = DEFAULT_STREAM
-    at: datetime | None = None
-    importance: int | None = None
-    source: Source = field(default_factory=Source)
 
 
 @dataclass(frozen=True)
