@@ -160,7 +160,7 @@ class LocalServer:
         return self.address + "/v1"
 
     @classmethod
-    async def start(cls, model_file: Path, *, context: int = 8192, max_tokens: int = 256,
+    async def start(cls, model_file: Path, *, context: int = 8192, max_tokens: int = 160,
                     timeout: float = 60.0) -> LocalServer:
         """Load the model, listen, and wait until the server answers its health check."""
         try:
