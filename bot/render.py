@@ -93,11 +93,13 @@ def _short(text: str, width: int) -> str:
 
 
 def memory_line(memory: Memory, tz: ZoneInfo, guild_id: int | None = None, width: int = 160) -> str:
-    """One memory: id, kind, importance, time, text, and a jump link where it came from a message."""
+    """One memory: its number in its stream (never the global id: a server learns nothing of the others), kind,
+    importance, time, text, and a jump link where it came from a message."""
     link = jump_link(guild_id, memory.source.channel_id, memory.source.message_id)
     kind = "insight" if memory.kind == "reflection" else "obs"
     tail = f" [jump]({link})" if link else ""
-    return f"`#{memory.id}` {kind} · imp {memory.importance} · {_when(memory, tz)} — {_short(memory.text, width)}{tail}"
+    number = memory.number if memory.number is not None else "?"
+    return f"`#{number}` {kind} · imp {memory.importance} · {_when(memory, tz)} — {_short(memory.text, width)}{tail}"
 
 
 def evidence_lines(node: EvidenceNode, tz: ZoneInfo, guild_id: int | None = None, depth: int = 0) -> list[str]:

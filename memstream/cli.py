@@ -21,6 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memstream import init_persona
 from memstream.clock import Clock, FixedClock, SystemClock
 from memstream.config import BASELINES, PersonaConfig, load_persona
 from memstream.config import PROFILE_NAMES as PROFILES
@@ -737,21 +738,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dest", type=Path)
     sub.add_parser("bot", parents=[common], help="run the persona on Discord (needs DISCORD_TOKEN)",
                    description="Run the persona as a Discord bot (one process per persona).")
+    sub.add_parser("doctor", parents=[common], help="check the set-up: persona, SQLite, database, models, Discord",
+                   description="One line per check (ok, warn or fail, and what to do); exit status 1 when any "
+                               "fails. $MEMSTREAM_DISCORD_API points the Discord checks at another API address.")
+    init_persona.add_parser(sub)
     return parser
 
 
 async def _run(args: argparse.Namespace) -> int:
-    if args.command in ("bot", "salvage") and args.local:
+    if args.command in ("bot", "salvage", "doctor") and getattr(args, "local", False):
         raise ConfigError(f"--local is for trying the pipeline from the terminal, not for {args.command}: for a "
                           "real persona on this machine, point [models] base_url at Ollama (README)")
     if args.command == "bot":
         return await cmd_bot(args)
     if args.command == "salvage":
         return await cmd_salvage(args)
+    if args.command == "init":
+        return await init_persona.cmd_init(args)
+    if args.command == "doctor":  # its checks import the model and HTTP clients: only when it runs
+        return await importlib.import_module("memstream.doctor").cmd_doctor(args)  # type: ignore[no-any-return]
     persona: PersonaConfig = load_persona(args.persona)
     if args.db is not None:
         persona = persona.with_database(args.db)
-    if not args.local:
+    if not getattr(args, "local", False):
         return await _run_persona(args, persona)
     from memstream.local import running
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from memstream.errors import ConfigError, StoreError
-from memstream.store import Store, sqlite_module
+from memstream.store.sqlite import SQLiteStore, sqlite_module
 
 __all__ = ["SalvageReport", "backup", "salvage"]
 
@@ -87,7 +87,7 @@ async def salvage(source: Path, dest: Path, *, progress: Progress | None = None)
         raise StoreError(f"{source}: nothing can be read (its schema is damaged too: {exc}); restore a "
                          "backup") from exc
     report = SalvageReport()
-    store = await Store.open(dest)
+    store = await SQLiteStore.open(dest)
     try:
         for table, key in _TABLES:
             if table in tables:
@@ -109,7 +109,7 @@ def _check_salvage_paths(source: Path, dest: Path) -> None:
         raise ConfigError(f"{dest} exists: salvage writes a new file; choose another path")
 
 
-async def _copy_table(src: Any, store: Store, table: str, key: str, report: SalvageReport, module: Any,
+async def _copy_table(src: Any, store: SQLiteStore, table: str, key: str, report: SalvageReport, module: Any,
                       progress: Progress | None) -> None:
     columns = [row[1] for row in src.execute(f"PRAGMA table_info({table})")]
     async with store.conn.execute(f"PRAGMA table_info({table})") as cur:

@@ -39,6 +39,7 @@ class Memory:
     depth: int = 0
     source: Source = field(default_factory=Source)
     status: str = "ready"
+    number: int | None = None  # its number in its stream (#1, #2, ...): what a server is shown
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,8 @@ class MemoryCog(commands.Cog):
     async def why(self, interaction: Interaction, memory_id: int) -> None:
         """Trace a memory or insight back to the observations it rests on."""
         await interaction.response.defer(ephemeral=True, thinking=True)
-        tree = await self.bot.memory.why(memory_id, stream=_stream(interaction))
+        stream = _stream(interaction)
+        tree = await self.bot.memory.why(await self.bot.memory.store.by_number(stream, memory_id), stream=stream)
         lines = evidence_lines(tree, self.bot.persona.tz, interaction.guild_id)
         await interaction.followup.send(fit(lines), ephemeral=True)
 
@@ -78,7 +79,7 @@ class MemoryCog(commands.Cog):
             head = (f"**{n}.** score {part['score']:.2f} (rec {part['recency']:.2f} · imp {part['importance']:.2f}"
                     f" · rel {part['relevance']:.2f}) ")
             if mem is None:
-                lines.append(head + f"`#{part['id']}` (since forgotten)")
+                lines.append(head + "(a memory since forgotten)")
                 continue
             lines.append(head + memory_line(mem, tz, interaction.guild_id, 120))
             if mem.kind == "reflection":
@@ -138,11 +139,13 @@ class MemoryCog(commands.Cog):
             text = "Only server managers can forget a memory by number. Use `/forget` alone for your own messages."
         else:
             try:
-                gone = await self.bot.memory.forget([memory_id], stream=stream)
+                gone = await self.bot.memory.forget([await self.bot.memory.store.by_number(stream, memory_id)],
+                                                    stream=stream)
             except MemoryNotFound:
                 text = f"There is no memory #{memory_id} here."
             else:
-                text = f"Forgotten: {', '.join(f'#{i}' for i in gone)}."
+                text = (f"Forgotten: #{memory_id}" + (f", and {len(gone) - 1} insight(s) and repl(ies) built from it."
+                                                      if len(gone) > 1 else "."))
         await interaction.followup.send(text, ephemeral=True)
 
     @app_commands.command(name="memory-stats")

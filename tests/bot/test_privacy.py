@@ -30,13 +30,14 @@ async def test_forget_by_number_is_refused_to_non_managers_even_when_the_server_
     world.fake.enforce_command_permissions = False  # the server's admins opened every command to everyone
     message = await world.say(world.town, world.general, world.klaus, "Klaus keeps the key under the mat")
     memory_id = await world.stored(world.town, message)
-    record = await world.fake.slash(world.town.id, world.general, world.maria, "forget", {"memory_id": memory_id})
+    number = (await world.memory.get(memory_id)).number
+    record = await world.fake.slash(world.town.id, world.general, world.maria, "forget", {"memory_id": number})
     [shown] = await record.wait_done()
     assert "Only server managers" in shown.content and shown.ephemeral
     assert (await world.memory.get(memory_id)).text.endswith("under the mat")
-    record = await world.fake.slash(world.town.id, world.general, world.manager, "forget", {"memory_id": memory_id})
+    record = await world.fake.slash(world.town.id, world.general, world.manager, "forget", {"memory_id": number})
     [shown] = await record.wait_done()
-    assert f"#{memory_id}" in shown.content
+    assert f"#{number}" in shown.content
     with pytest.raises(MemoryNotFound):
         await world.memory.get(memory_id)
 
@@ -49,23 +50,41 @@ async def test_every_command_only_ever_shows_the_server_it_is_used_in(world: Wor
     await until(lambda: _stored_dm(world), "the DM to be stored")
     result = await world.memory.reflect(world.stream(world.town))
     assert result is not None and result.insights
-    insight, town_id = result.insights[0].id, await world.stored(world.town, town)
+    town_id = await world.stored(world.town, town)
+    insight = result.insights[0].number
+    assert insight is not None and insight > 1
     world.other.add_member(world.manager, roles=[world.other.add_manager_role()])
 
     outputs: list[str] = []
-    for name, options in [("why", {"memory_id": insight}), ("why", {"memory_id": town_id}),
+    for name, options in [("why", {"memory_id": insight}),
                           ("recall", {"query": "TOWNSECRET recipe cardamom DMSECRET cat"}), ("memories", {}),
-                          ("memory-stats", {}), ("forget", {"memory_id": town_id}), ("reflect", {})]:
+                          ("memory-stats", {}), ("forget", {"memory_id": insight}), ("reflect", {})]:
         record = await world.fake.slash(world.other.id, world.lounge, world.manager, name, options)
         outputs += [m.content for m in await record.wait_done()]
     shown = "\n".join(outputs)
-    assert "OTHERNOTE" in shown and f"no memory #{town_id}" in shown.lower().replace("there is ", "")
-    assert f"no memory #{town_id} in this server" in shown  # said plainly, no internal stream name
+    assert "OTHERNOTE" in shown and "`#1`" in shown  # the other server's own first memory: #1 there
+    assert f"no memory #{insight} in this server" in shown  # said plainly, no internal stream name
     assert "guild:" not in shown and "stream '" not in shown
     assert "TOWNSECRET" not in shown and "DMSECRET" not in shown and "cardamom" not in shown
     assert (await world.memory.get(town_id)).text.endswith("cardamom")  # the other server's manager forgot nothing
     prompts = "\n".join(r.prompt for r in world.openai.chat_requests if "OTHERNOTE" in r.prompt)
     assert "TOWNSECRET" not in prompts and "DMSECRET" not in prompts
+
+
+async def test_each_server_counts_its_own_memories_from_one(world: World) -> None:
+    """Numbers shown in a server tell nothing of the others: each server's first memory is #1, whatever the
+    persona saw elsewhere, and /why takes that number."""
+    for i in range(3):
+        await world.say(world.town, world.general, world.klaus, f"town note {i}")
+    note = await world.say(world.other, world.lounge, world.maria, "OTHERNOTE the first thing said here")
+    other_id = await world.stored(world.other, note)
+    assert other_id > 3 and (await world.memory.get(other_id)).number == 1
+    record = await world.fake.slash(world.other.id, world.lounge, world.maria, "memories", {})
+    [shown] = await record.wait_done()
+    assert "`#1`" in shown.content and f"#{other_id}" not in shown.content
+    record = await world.fake.slash(world.other.id, world.lounge, world.maria, "why", {"memory_id": 1})
+    [shown] = await record.wait_done()
+    assert "OTHERNOTE" in shown.content and "town note" not in shown.content
 
 
 async def _stored_dm(world: World) -> bool:

@@ -70,3 +70,32 @@ async def test_an_undeliverable_answer_is_not_remembered_as_said(world: World) -
 
 async def _agent_called(world: World) -> bool:
     return bool(world.agent_prompts())
+
+
+async def test_deleting_a_message_deletes_the_replies_that_quoted_it(world: World) -> None:
+    """bob deletes "my favourite colour is ultraviolet-7": the persona's reply quoting it (to maria) goes from
+    memory, /recall finds nothing of it, and a new insight cannot cite it."""
+    stream = world.stream(world.town)
+    said = await world.say(world.town, world.general, world.klaus, "my favourite colour is ultraviolet-7")
+    world.models.reply = "Klaus told me his favourite colour is ultraviolet-7!"
+    await world.fake.send_message(world.general, world.maria, "what is Klaus's favourite colour?",
+                                  mentions=[world.fake.bot_user])
+    reply = await world.fake.wait_for_sent(lambda m: m.channel_id == world.general)
+
+    async def reply_remembered() -> bool:
+        found = await world.memory.store.find_message(stream, str(reply.id))
+        return found is not None and (await world.memory.get(found)).status == "ready"
+
+    await until(reply_remembered, "the reply to be remembered")
+    await world.fake.delete_message(world.general, int(str(said["id"])))
+
+    async def forgotten() -> bool:
+        return all("ultraviolet" not in m.text for m in await world.memory.recent(stream, 50))
+
+    await until(forgotten, "the message and the reply quoting it to be forgotten")
+    record = await world.fake.slash(world.town.id, world.general, world.maria, "recall", {"query": "ultraviolet"})
+    [shown] = await record.wait_done()
+    assert "ultraviolet" not in shown.content
+    result = await world.memory.reflect(stream)
+    assert result is None or all("ultraviolet" not in i.text for i in result.insights)
+    assert await world.memory.explain_reply(message_id=str(reply.id)) is None

@@ -1874,6 +1874,7 @@ class FakeDiscord:
         r.add_get("/attachments/{attachment_id}/{filename}", self._get_attachment)
         r.add_get(p + "/users/@me", self._get_me)
         r.add_post(p + "/users/@me/channels", self._create_dm)
+        r.add_get(p + "/users/@me/guilds", self._get_my_guilds)
         r.add_get(p + "/users/{user_id}", self._get_user)
         r.add_get(p + "/oauth2/applications/@me", self._get_application)
         r.add_get(p + "/applications/@me", self._get_application)
@@ -2034,6 +2035,23 @@ class FakeDiscord:
         data = self.bot_user.to_dict()
         data.update({"verified": True, "mfa_enabled": False, "flags": 0, "email": None, "locale": "en-US"})
         return _json_response(data)
+
+    async def _get_my_guilds(self, request: web.Request) -> web.StreamResponse:
+        """GET /users/@me/guilds: partial guilds with the bot's guild-level permissions."""
+        return _json_response(
+            [
+                {
+                    "id": str(g.id),
+                    "name": g.name,
+                    "icon": None,
+                    "owner": g.owner_id == self.bot_user.id,
+                    "permissions": str(g.member_permissions(self.bot_user.id)),
+                    "features": [],
+                }
+                for g in self.guilds.values()
+                if g.joined
+            ]
+        )
 
     async def _get_user(self, request: web.Request) -> web.StreamResponse:
         """GET /users/{id}."""

@@ -96,7 +96,8 @@ class FakeOpenAIServer:
         self.held: list[RecordedRequest] = []
         self.timeout_sleep = 5.0
         self.require_api_key: str | None = None
-        self.models = ["gpt-fake", "text-embedding-fake"]
+        # GET /v1/models lists these; None: it answers 404, as servers that list no models do.
+        self.models: list[str] | None = ["gpt-fake", "text-embedding-fake"]
         self.requests: list[RecordedRequest] = []
         self.chat_requests: list[ChatRequest] = []
         self.embedding_requests: list[list[str]] = []
@@ -318,5 +319,10 @@ class FakeOpenAIServer:
     async def _handle_models(self, request: web.Request) -> web.StreamResponse:
         """GET /v1/models."""
         self.requests.append(RecordedRequest(request.path, None, time.time(), dict(request.headers)))
+        if self.require_api_key is not None and request.headers.get("Authorization", "") != (
+                f"Bearer {self.require_api_key}"):
+            return self._auth_error()
+        if self.models is None:
+            return _error(404, "Not found.", "invalid_request_error", None)
         data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in self.models]
         return web.json_response({"object": "list", "data": data})

@@ -8,10 +8,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 import pytest
 
 from tests.fakes.discord_server import (
     INTENT_MESSAGE_CONTENT,
+    SEND_MESSAGES,
     FakeDiscord,
     FakeGuild,
     FakeRole,
@@ -434,6 +436,21 @@ async def test_wrong_token_is_a_login_failure(fake: FakeDiscord, monkeypatch: py
     finally:
         await bot.close()
     assert fake.requests[0].path == "/users/@me" and fake.requests[0].status == 401
+
+
+async def test_my_guilds_lists_joined_guilds_with_the_bots_permissions(fake: FakeDiscord) -> None:
+    full = fake.add_guild("Full")
+    bare = fake.add_guild("Bare", bot_permissions=0)
+    bare.everyone_role.permissions = 0
+    gone = fake.add_guild("Gone")
+    await fake.remove_bot_from_guild(gone.id)
+    async with (aiohttp.ClientSession(headers={"Authorization": "Bot token"}) as session,
+                session.get(f"{fake.api_base}/users/@me/guilds") as response):
+        listed = {g["name"]: g for g in await response.json()}
+    assert set(listed) == {"Full", "Bare"}
+    assert int(listed["Full"]["permissions"]) == full.member_permissions(fake.bot_user.id)
+    assert int(listed["Full"]["permissions"]) & SEND_MESSAGES
+    assert listed["Bare"]["permissions"] == "0" and listed["Bare"]["owner"] is False
 
 
 class ForgetView(discord.ui.View):

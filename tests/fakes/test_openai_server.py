@@ -170,6 +170,18 @@ async def test_models_list(client: Client) -> None:
     assert [m.id for m in page.data] == ["gpt-fake", "text-embedding-fake"]
 
 
+async def test_models_list_checks_the_key_and_can_be_missing(server: FakeOpenAIServer,
+                                                              make_client: MakeClient) -> None:
+    server.require_api_key = "right"
+    with pytest.raises(openai.AuthenticationError):
+        await make_client(api_key="wrong").models.list()
+    assert [m.id for m in (await make_client(api_key="right").models.list()).data] == ["gpt-fake",
+                                                                                     "text-embedding-fake"]
+    server.models = None  # a server that lists no models
+    with pytest.raises(openai.NotFoundError):
+        await make_client(api_key="right").models.list()
+
+
 async def test_reset_clears_records_script_and_faults(server: FakeOpenAIServer, client: Client) -> None:
     server.script("scripted")
     server.fail_next("500")

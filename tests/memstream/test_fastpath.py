@@ -22,7 +22,7 @@ from memstream.errors import StoreError
 from memstream.llm import Completion
 from memstream.models import RoleModel
 from memstream.retrieve import rank, rank_reference
-from memstream.store import NewMemory, Store, StreamArrays
+from memstream.store import NewMemory, SQLiteStore, Store, StreamArrays
 from memstream.stream import MemoryStream, Observation
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
 from memstream.vectors import StreamVectors, VectorIndex
@@ -241,7 +241,7 @@ def _source(message_id: str) -> object:
     return Source(author="Klaus", author_id="42", message_id=message_id)
 
 
-class _SlowLoadStore(Store):
+class _SlowLoadStore(SQLiteStore):
     """A store whose loads wait for a signal, so writes can land while a stream is being loaded."""
 
     release: asyncio.Event

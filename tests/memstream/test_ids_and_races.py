@@ -9,14 +9,25 @@ import sqlite3
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from memstream import MemoryStream, Observation, RoleModel, Source, Store, StreamConfig, cli
+from memstream import MemoryNotFound, MemoryStream, Observation, RoleModel, Source, Store, StreamConfig, cli
 from memstream.store import all_migrations
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.memstream.helpers import AGENT, OtherProcess
 from tests.memstream.test_privacy import leftovers
+
+
+async def _old_row(store: Store, stream: str, text: str) -> int:
+    """A ready memory inserted with the columns every schema version has (as an older version would)."""
+    cursor = await store.conn.execute(
+        "INSERT INTO memories (stream, kind, text, created_at, last_accessed_at, importance, importance_source, "
+        "embedding) VALUES (?, 'observation', ?, 1.0e9, 1.0e9, 5, 'given', ?)",
+        (stream, text, np.ones(64, np.float32).tobytes()))
+    assert cursor.lastrowid is not None
+    return cursor.lastrowid
 
 
 def _memory(store: Store) -> MemoryStream:
@@ -68,23 +79,21 @@ async def test_an_old_file_keeps_its_ids_and_references_through_the_rebuild(tmp_
     for migration in all_migrations():
         if migration.version < 4:
             (old / f"{migration.version:04d}_{migration.name}.sql").write_text(migration.sql, encoding="utf-8")
-    async with await Store.open(db, migrations=old) as store:
-        memory = _memory(store)
-        kept = await memory.observe("kept", stream="guild:1")
-        cited = await memory.observe("cited", stream="guild:1")
-        await store.save_reflection("guild:1", [], at=0.0)
+    async with await Store.open(db, migrations=old) as store:  # written as that version wrote it
+        kept_id = await _old_row(store, "guild:1", "kept")
+        cited_id = await _old_row(store, "guild:1", "cited")
         await store.conn.execute("INSERT INTO memories (stream, kind, text, created_at, last_accessed_at, "
                                  "importance, importance_source, embedding) SELECT stream, 'reflection', "
                                  "'an insight', created_at, created_at, 5, 'derived', embedding FROM memories "
-                                 f"WHERE id = {cited.id}")
-        await store.conn.execute(f"INSERT INTO evidence VALUES ((SELECT MAX(id) FROM memories), {cited.id}, 0)")
+                                 f"WHERE id = {cited_id}")
+        await store.conn.execute(f"INSERT INTO evidence VALUES ((SELECT MAX(id) FROM memories), {cited_id}, 0)")
     async with await Store.open(db) as store:  # 0004 rebuilds the table
-        assert (await store.get(kept.id)).text == "kept"
+        assert (await store.get(kept_id)).text == "kept"
         insight = max((await store.get_many(list(range(1, 10)))).values(), key=lambda m: m.id)
-        assert await store.evidence(insight.id) == [cited.id]
+        assert await store.evidence(insight.id) == [cited_id]
         async with store.conn.execute("PRAGMA foreign_keys") as cur:
             assert (await cur.fetchone())[0] == 1
-        await _memory(store).forget([cited.id])  # the cascade still works on the rebuilt table
+        await _memory(store).forget([cited_id])  # the cascade still works on the rebuilt table
         assert insight.id not in await store.get_many([insight.id])
         fresh = await _memory(store).observe("fresh", stream="guild:1")
         assert fresh.id > insight.id
@@ -214,3 +223,31 @@ async def test_a_running_process_sees_what_another_process_wrote_forgot_and_edit
         top = await here.explain("a note about the harbour lighthouse", stream="guild:1")
         assert top[0].memory.id == edited.id and top[0].memory.text.endswith("lighthouse")
         assert top[0].cosine > 0.99  # the new embedding, not the soup one
+
+
+async def test_numbers_count_per_stream_from_an_old_file_on_and_are_never_reused(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    old = tmp_path / "before-numbers"
+    old.mkdir()
+    for migration in all_migrations():
+        if migration.version < 6:
+            (old / f"{migration.version:04d}_{migration.name}.sql").write_text(migration.sql, encoding="utf-8")
+    async with await Store.open(db, migrations=old) as store:
+        for i in range(5):  # interleaved: global ids 1..5
+            await _old_row(store, "guild:1" if i % 2 == 0 else "guild:2", f"note {i}")
+    async with await Store.open(db) as store:  # migrated: numbered per stream, in id order
+        memory = _memory(store)
+        numbers = {(m.stream, m.text): m.number for s in ("guild:1", "guild:2") for m in await memory.recent(s, 10)}
+        assert numbers == {("guild:1", "note 0"): 1, ("guild:1", "note 2"): 2, ("guild:1", "note 4"): 3,
+                           ("guild:2", "note 1"): 1, ("guild:2", "note 3"): 2}
+        last = await memory.observe("note 5", stream="guild:2")
+        assert last.number == 3 and last.id == 6
+        await memory.forget([last.id])
+        again = await memory.observe("note 6", stream="guild:2")
+        assert again.number == 4  # #3 is not given to another memory
+        assert await store.by_number("guild:2", 4) == again.id
+        with pytest.raises(MemoryNotFound):
+            await store.by_number("guild:1", 4)
+        await memory.purge("guild:1")
+        fresh = await memory.observe("after the purge", stream="guild:1")
+        assert fresh.number == 1  # a purged server leaves nothing behind, not even its count

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import importlib.util
@@ -96,7 +96,7 @@ def test_commands_without_models_use_the_local_database_and_start_nothing(
     assert "local database:" in captured.err and "local models" not in captured.err
 
 
-@pytest.mark.parametrize("command", ["bot", "salvage"])
+@pytest.mark.parametrize("command", ["bot", "salvage", "doctor"])
 def test_local_is_refused_where_it_has_no_meaning(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                   command: str) -> None:
     argv = [command, "--local", "--persona", str(_write(tmp_path, MINIMAL))]
@@ -119,7 +119,7 @@ def test_a_missing_extra_is_one_line_saying_what_to_install(tmp_path: Path) -> N
 
 
 def test_a_chosen_model_file_must_exist(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="MEMSTREAM_LOCAL_MODEL=.*no such file"):
+    with pytest.raises(ConfigError, match=r"MEMSTREAM_LOCAL_MODEL=.*no such file"):
         find_model({"MEMSTREAM_LOCAL_MODEL": str(tmp_path / "nope.gguf")})
     chosen = tmp_path / "mine.gguf"
     chosen.write_bytes(b"GGUF")
@@ -174,10 +174,8 @@ def _installed() -> Path | None:
 def _needs(*modules: str) -> pytest.MarkDecorator:
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     model = None
-    try:
+    with contextlib.suppress(ConfigError):
         model = find_model()
-    except ConfigError:
-        pass
     reason = (f"the local extra is not installed ({', '.join(missing)}): pip install -e '.[local]'" if missing
               else "no local model file: python -m memstream.local fetches it")
     return pytest.mark.skipif(bool(missing) or model is None, reason=reason)
@@ -209,16 +207,16 @@ async def test_the_local_server_rates_memories_with_an_integer(tmp_path: Path) -
 async def test_a_file_that_is_not_a_model_is_one_clear_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"not a model")
-    with pytest.raises(ConfigError, match="llama.cpp could not load .*bad.gguf"):
+    with pytest.raises(ConfigError, match=r"llama\.cpp could not load .*bad\.gguf"):
         await LocalServer.start(bad)
 
 
 @_needs("xllamacpp", "sentence_transformers")
-async def test_memstream_chat_local_runs_with_no_key_at_all(tmp_path: Path) -> None:
+def test_memstream_chat_local_runs_with_no_key_at_all(tmp_path: Path) -> None:
     path = _write(tmp_path, MINIMAL)
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
-    done = await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-m", "memstream", "chat", "--local", "--persona", str(path), "--as", "Tom"],
+    done = subprocess.run(
+        [sys.executable, "-m", "memstream", "chat", "--local", "--persona", str(path), "--as", "Tom"],
         input="Hello Maria, I found your notebook in the lab.\n/why\n", capture_output=True, text=True, timeout=600,
         env=env)
     assert done.returncode == 0, done.stderr

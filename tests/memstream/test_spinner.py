@@ -75,18 +75,20 @@ async def test_chat_on_a_terminal_shows_each_step_then_the_reply(tmp_path: Path)
         server.on_chat(_answer)
         persona = str(_persona(tmp_path, server.base_url))
         main, child = pty.openpty()
-        proc = subprocess.Popen([sys.executable, "-m", "memstream", "chat", "--persona", persona, "--as", "Maria"],
-                                stdin=child, stdout=child, stderr=child, close_fds=True)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "memstream", "chat", "--persona", persona, "--as", "Maria",
+            stdin=child, stdout=child, stderr=child)
         os.close(child)
         try:
             await asyncio.to_thread(_read_until, main, b"Maria> ", 30)
             os.write(main, b"are you throwing a party?\n")
             shown = await asyncio.to_thread(_read_until, main, b"Come to my party!", 30)
             os.write(main, b"/quit\n")
-            await asyncio.to_thread(proc.wait, 30)
+            await asyncio.wait_for(proc.wait(), 30)
         finally:
-            if proc.poll() is None:
+            if proc.returncode is None:
                 proc.kill()
+                await proc.wait()
             os.close(main)
     text = shown.decode()
     for label in ("rating your message…", "retrieving memories…", "answering…"):

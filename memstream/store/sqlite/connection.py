@@ -24,7 +24,7 @@ __all__ = ["BUSY_TIMEOUT_MS", "LOCK_WAIT_SECONDS", "Connection", "store_error"]
 BUSY_TIMEOUT_MS = 5000
 # How long a statement is tried again, in all, while another process holds the database.
 LOCK_WAIT_SECONDS = 30.0
-_RETRYABLE = {"execute", "executemany"}
+_RETRYABLE = {"execute", "executemany", "_execute_fetchall"}
 
 
 def _kind(exc: BaseException) -> str:

@@ -1,0 +1,17 @@
+"""The store of record: the storage interface (`Store`, a Protocol) and its backends.
+
+`await Store.open(location)` opens a SQLite file (a path) or a PostgreSQL database (a `postgresql://` URL).
+Nothing above this package knows which one it runs on.
+"""
+
+from memstream.store.base import Store, is_database_url
+from memstream.store.migrations import Migration, all_migrations
+from memstream.store.policy import RETRY_BASE_SECONDS, RETRY_CAP_SECONDS, deferred_touches, retry_delay
+from memstream.store.records import NewMemory, StreamArrays, UsageRow
+from memstream.store.sqlite import SQLiteStore, sqlite_module
+from memstream.store.sqlite.rows import to_blob
+from memstream.store.sqlite.scrub import residue_needles
+
+__all__ = ["RETRY_BASE_SECONDS", "RETRY_CAP_SECONDS", "Migration", "NewMemory", "SQLiteStore", "Store",
+           "StreamArrays", "UsageRow", "all_migrations", "deferred_touches", "is_database_url", "residue_needles",
+           "retry_delay", "sqlite_module", "to_blob"]

@@ -1,0 +1,283 @@
+"""The storage interface: what every part of memstream above the store may ask of one, whatever the backend.
+
+A backend is one folder (memstream/store/sqlite/, memstream/store/postgres/) with a class that has every
+method of `Store`, each keeping the guarantee its docstring states. `Store.open(location)` picks the
+backend: a `postgresql://` URL opens PostgreSQL, anything else is a SQLite file's path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterable, Sequence
+from pathlib import Path
+from typing import Any, Protocol, Self
+
+import numpy as np
+import numpy.typing as npt
+
+from memstream.records import EvidenceNode, Memory
+from memstream.store.records import NewMemory, StreamArrays, UsageRow
+from memstream.store.sqlite import SQLiteStore
+
+__all__ = ["Store", "is_database_url"]
+
+_URL_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_database_url(location: str | Path) -> bool:
+    """Whether a database setting names a PostgreSQL server (a URL), not a SQLite file (a path)."""
+    return isinstance(location, str) and location.startswith(_URL_SCHEMES)
+
+
+class Store(Protocol):
+    """One persona's memory: every stream's memories, evidence, traces, counters and meta.
+
+    Guarantees common to every method: a stream's memories are never returned for another stream unless
+    the caller asks by id; ids (of memories and of traces) are never reused, even after a deletion; every
+    method that writes more than one row does so in one transaction (all or nothing).
+    """
+
+    path: str  # where the store is, for messages (a file's path, or a URL without its password)
+
+    @classmethod
+    async def open(cls, location: str | Path, *, migrations: Path | None = None,
+                   load_processes: int | None = None) -> Store:
+        """Open (creating if needed) the store at `location` and apply its pending migrations.
+
+        A `postgresql://` URL opens PostgreSQL (memstream[postgres]); anything else is a SQLite file.
+        `migrations`: another folder of migrations (tests); `load_processes`: see SQLiteStore.open.
+        """
+        return await SQLiteStore.open(location, migrations=migrations, load_processes=load_processes)
+
+    async def close(self) -> None:
+        """Release the connection(s); a second call does nothing."""
+        ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(self, *exc: object) -> None: ...
+
+    def transaction(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """One write transaction: everything the calling task writes inside it is committed together or not
+        at all. Nested uses in the same task join the outer one; other tasks' writes wait for it to end."""
+        ...
+
+    # -- writing memories
+
+    async def insert(self, memories: Sequence[NewMemory]) -> list[int]:
+        """Append memories in one transaction; their new ids, in order. A memory without importance or
+        embedding is stored pending. Refuses an embedding whose dimensions differ from the store's."""
+        ...
+
+    async def insert_unique(self, memories: Sequence[NewMemory]) -> list[tuple[int, bool]]:
+        """Append the memories whose (stream, message id) is not stored yet; for each, its id and whether it
+        is new. Idempotent across processes: a message is stored once however many insert it at once."""
+        ...
+
+    async def complete(self, memory_id: int, importance: int, source: str,
+                       embedding: npt.NDArray[np.float32]) -> bool:
+        """Make a pending memory ready; False if it is not pending (deleted, or completed elsewhere)."""
+        ...
+
+    async def complete_many(self, stream: str, items: Sequence[tuple[int, int, str, npt.NDArray[np.float32]]],
+                            usage: Sequence[UsageRow] = ()) -> list[int]:
+        """Make pending memories of one stream ready, add their importance to the stream's total and record
+        `usage`, in one transaction. Returns the ids completed here: a memory deleted meanwhile, or completed
+        by another process, is left out (its importance is never counted twice)."""
+        ...
+
+    async def count_attempt(self, memory_id: int, *, at: float | None = None) -> None:
+        """One more failed attempt at a pending memory; with `at`, its next attempt waits retry_delay."""
+        ...
+
+    async def update_text(self, memory_id: int, text: str, embedding: npt.NDArray[np.float32]) -> None:
+        """Replace a memory's text and embedding (an edited message); the old text is scrubbed later."""
+        ...
+
+    async def touch(self, ids: Sequence[int], at: float) -> None:
+        """Set these memories' last access to `at`; inside deferred_touches() only collect it."""
+        ...
+
+    # -- reading memories
+
+    async def get(self, memory_id: int, *, stream: str | None = None) -> Memory:
+        """One memory by id (in `stream` when given); MemoryNotFound otherwise."""
+        ...
+
+    async def get_many(self, ids: Sequence[int]) -> dict[int, Memory]:
+        """Memories by id; missing ones are left out."""
+        ...
+
+    async def by_number(self, stream: str, number: int) -> int:
+        """The id of the memory that `stream` shows as #number: each stream numbers its own memories from 1,
+        in insertion order, never reusing a number (a purged stream starts again); MemoryNotFound otherwise."""
+        ...
+
+    async def recent(self, stream: str, limit: int, *, offset: int = 0,
+                     include_pending: bool = False) -> list[Memory]:
+        """A stream's most recent memories, newest first (ties: the larger id first)."""
+        ...
+
+    async def pending_memories(self, limit: int = 1000, *, due_at: float | None = None) -> list[Memory]:
+        """Pending memories, oldest (smallest id) first; with `due_at`, only those whose retry is due."""
+        ...
+
+    async def find_message(self, stream: str, message_id: str) -> int | None:
+        """The memory made from a Discord message in a stream, if any."""
+        ...
+
+    async def find_messages(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """The memories made from these (stream, message id) pairs, where stored."""
+        ...
+
+    async def by_message(self, message_ids: Sequence[str]) -> list[int]:
+        """Ids of the memories made from these Discord messages, in any stream."""
+        ...
+
+    async def by_author(self, stream: str, author_id: str) -> list[int]:
+        """Ids of the observations made from one author's messages in a stream."""
+        ...
+
+    async def author_memories(self, author_id: str, *, stream: str | None = None) -> list[Memory]:
+        """One author's observations, oldest first: in one stream, or in every one."""
+        ...
+
+    def stream_pages(self, stream: str, *, page: int = 1000) -> AsyncIterator[list[Memory]]:
+        """Every memory of a stream, pending ones too, oldest first, `page` at a time."""
+        ...
+
+    async def streams(self) -> list[str]:
+        """Every stream key in the store (with memories or state)."""
+        ...
+
+    async def load_stream(self, stream: str) -> StreamArrays:
+        """The ready memories of a stream as arrays for exact retrieval in process (rows in any order)."""
+        ...
+
+    async def stream_texts(self, stream: str) -> tuple[list[int], list[str]]:
+        """(ids, texts) of the ready memories of a stream, for its in-memory lexical index."""
+        ...
+
+    async def load_vector(self, memory_id: int) -> npt.NDArray[np.float32]:
+        """One memory's embedding; MemoryNotFound if it has none."""
+        ...
+
+    async def changed_elsewhere(self) -> bool:
+        """Whether another connection (another process) has written since the last call: the in-memory
+        matrices reload what they hold when it says so. The first call only sets the mark (False)."""
+        ...
+
+    # -- reflections and evidence
+
+    async def save_reflection(self, stream: str, insights: Sequence[tuple[NewMemory, Sequence[int]]],
+                              at: float, touches: dict[int, float] | None = None) -> list[int]:
+        """Insights, their evidence pointers, the importance reset and the last-access updates of the
+        reflection's retrievals, in one transaction; the insights' ids."""
+        ...
+
+    async def evidence(self, reflection_id: int) -> list[int]:
+        """The memories a reflection cites, in citation order."""
+        ...
+
+    async def evidence_tree(self, memory_id: int, *, stream: str | None = None) -> EvidenceNode:
+        """A memory with its evidence, down to observations (forgotten ones left out)."""
+        ...
+
+    # -- deleting
+
+    async def delete(self, ids: Iterable[int], *, messages: Sequence[str] = (),
+                     author: tuple[str, str] | None = None, keep: Iterable[int] = ()) -> list[int]:
+        """Delete memories and, transitively, every reflection citing one and every reply (with its trace)
+        answering one or built from one; traces answering `messages` or anything `author` (stream, author
+        id) said go too. Memories in `keep` stay. One transaction; the ids deleted, sorted."""
+        ...
+
+    async def purge_stream(self, stream: str) -> int:
+        """Delete a whole stream: memories, traces, state, usage and faults; the memories deleted."""
+        ...
+
+    async def scrub(self, *, wait: float = 2.0) -> bool:
+        """After a deletion: make the deleted texts unreadable from the database's files (as far as the
+        backend can); False if another reader held it up (finished later), True when done."""
+        ...
+
+    # -- stream state, counters and usage
+
+    async def add_importance(self, stream: str, amount: int) -> int:
+        """Add to the importance total since the last reflection (atomically); the new total."""
+        ...
+
+    async def state(self, stream: str) -> dict[str, Any]:
+        """The importance total, last reflection time and reflection counters of a stream."""
+        ...
+
+    async def count_skipped_reflection(self, stream: str) -> None:
+        """A reflection that could not run (it will be tried again)."""
+        ...
+
+    async def due_streams(self, threshold: int) -> list[str]:
+        """Streams whose importance total has reached `threshold`, sorted."""
+        ...
+
+    async def record_usage(self, stream: str, role: str, *, calls: int = 1, failures: int = 0,
+                           prompt_tokens: int = 0, completion_tokens: int = 0, retries: int = 0) -> None:
+        """Count model calls and tokens per stream and role."""
+        ...
+
+    async def record_usage_many(self, rows: Sequence[UsageRow]) -> None:
+        """Add many usage rows at once."""
+        ...
+
+    async def count_fault(self, stream: str, kind: str, count: int = 1) -> None:
+        """Count a degraded outcome (rating_fallback, insight_dropped, ...)."""
+        ...
+
+    async def faults(self, stream: str | None = None) -> dict[str, int]:
+        """Fault counts by kind (one stream, or all)."""
+        ...
+
+    async def usage(self, stream: str | None = None) -> dict[str, dict[str, int]]:
+        """Model calls and tokens per role (one stream, or all)."""
+        ...
+
+    async def retries(self, stream: str | None = None) -> dict[str, int]:
+        """Requests the model client retried, per role (one stream, or all)."""
+        ...
+
+    async def pending_state(self, stream: str | None = None) -> dict[str, Any]:
+        """Pending observations: how many, their failed attempts, when the next retry is due."""
+        ...
+
+    async def counts(self, stream: str | None = None) -> dict[str, Any]:
+        """Counts by kind and status, the importance histogram and fallback ratings."""
+        ...
+
+    # -- reply traces
+
+    async def save_trace(self, stream: str, at: float, query: str, items: list[dict[str, Any]],
+                         reply_memory_id: int | None, *, query_memory_id: int | None = None,
+                         query_message_id: str | None = None, query_author_id: str | None = None) -> int:
+        """Record what a reply was built from (one row per memory used, for deletion) and what it answered."""
+        ...
+
+    async def delete_trace(self, trace_id: int) -> None:
+        """Delete a reply's trace (a reply never delivered)."""
+        ...
+
+    async def link_reply(self, trace_id: int, message_ids: Sequence[str], reply_memory_id: int | None) -> None:
+        """Attach the Discord message ids of a sent reply to its trace (and the first to its memory)."""
+        ...
+
+    async def trace(self, *, trace_id: int | None = None, message_id: str | None = None) -> dict[str, Any] | None:
+        """A reply trace by its id or by the message id of any part of the reply."""
+        ...
+
+    # -- meta
+
+    async def get_meta(self, key: str) -> str | None:
+        """A value of the meta table (embedding_dimensions, ...)."""
+        ...
+
+    async def set_meta(self, key: str, value: str) -> None:
+        """Set a value of the meta table."""
+        ...

@@ -1,0 +1,92 @@
+"""The SQLite store's connection, its write transactions, and the meta table (which every layer reads).
+
+SQLiteStore is built in layers, one module per concept, each a class adding to the one below:
+core -> migrate -> counters -> rows -> loading -> evidence -> traces -> deletion -> scrub -> store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+import aiosqlite
+import numpy as np
+import numpy.typing as npt
+
+from memstream.errors import StoreError
+
+__all__ = ["Core"]
+
+
+class Core:
+    """A connection to one persona's SQLite file, its transactions and its meta table."""
+
+    def __init__(self, conn: aiosqlite.Connection, path: str, *, load_processes: int | None = None) -> None:
+        self.conn, self.path = conn, path
+        # Processes that read a stream's rows at load: None picks (several for a large stream), 1 never.
+        self.load_processes = load_processes
+        self._in_transaction = False
+        self._owner: asyncio.Task[Any] | None = None
+        self._lock = asyncio.Lock()
+        self._closed = False
+        # Texts deleted since the last scrub (looked for in the file by the scrub), or a whole stream.
+        self._residue: list[str] = []
+        self._vacuum_due = False
+        self._data_version: int | None = None  # see changed_elsewhere
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any error; nested uses (same task) join the outer one.
+
+        Tasks sharing this connection take turns: another task's transaction waits for ours to end,
+        instead of beginning inside it (an error) or silently joining it.
+        """
+        task = asyncio.current_task()
+        if self._in_transaction and self._owner is task:
+            yield
+            return
+        async with self._lock:
+            self._owner = task
+            try:
+                await self.conn.execute("BEGIN IMMEDIATE")
+                self._in_transaction = True
+                try:
+                    yield
+                except BaseException:
+                    self._in_transaction = False
+                    if self.conn.in_transaction:  # SQLite rolls back by itself after some errors (a full disk)
+                        with contextlib.suppress(StoreError):  # the first error is the one to report
+                            await self.conn.execute("ROLLBACK")
+                    raise
+                self._in_transaction = False
+                await self.conn.execute("COMMIT")
+            finally:
+                self._in_transaction = False
+                self._owner = None
+
+    async def _check_dimensions(self, vectors: Iterable[npt.NDArray[np.float32] | None]) -> None:
+        dims = {v.shape[-1] for v in vectors if v is not None}
+        if not dims:
+            return
+        known = await self.get_meta("embedding_dimensions")
+        if len(dims) > 1 or (known is not None and int(known) not in dims):
+            raise StoreError(
+                f"{self.path}: embeddings of {sorted(dims)} dimensions do not match the store's {known}; "
+                "use the embedding model this store was built with, or a new database file"
+            )
+        if known is None:
+            await self.set_meta("embedding_dimensions", str(dims.pop()))
+
+    async def get_meta(self, key: str) -> str | None:
+        """A value of the meta table."""
+        async with self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)) as cur:
+            row = await cur.fetchone()
+        return None if row is None else str(row[0])
+
+    async def set_meta(self, key: str, value: str) -> None:
+        """Set a value of the meta table."""
+        await self.conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
+                                "SET value = excluded.value", (key, value))
+

@@ -1,0 +1,145 @@
+"""Per-stream state (the importance total towards a reflection), model usage, fault counts, summaries."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from memstream.clock import from_timestamp
+from memstream.store.records import UsageRow
+from memstream.store.sqlite.migrate import Migrations
+
+__all__ = ["Counters"]
+
+
+class Counters(Migrations):
+    """Stream state, usage and fault counters, and counts of memories."""
+
+    async def add_importance(self, stream: str, amount: int) -> int:
+        """Add to the importance total since the last reflection; return the new total."""
+        async with self.conn.execute(
+            "INSERT INTO stream_state (stream, importance_since_reflection) VALUES (?, ?) "
+            "ON CONFLICT (stream) DO UPDATE SET importance_since_reflection = importance_since_reflection + ? "
+            "RETURNING importance_since_reflection", (stream, amount, amount)
+        ) as cur:
+            row = await cur.fetchone()
+        assert row is not None
+        return int(row[0])
+
+    async def state(self, stream: str) -> dict[str, Any]:
+        """The importance total, last reflection time and counters of a stream."""
+        async with self.conn.execute(
+            "SELECT importance_since_reflection, last_reflection_at, reflections, skipped_reflections "
+            "FROM stream_state WHERE stream = ?", (stream,)
+        ) as cur:
+            row = await cur.fetchone()
+        if row is None:
+            return {"importance_since_reflection": 0, "last_reflection_at": None, "reflections": 0,
+                    "skipped_reflections": 0}
+        return {"importance_since_reflection": row[0],
+                "last_reflection_at": None if row[1] is None else from_timestamp(row[1]),
+                "reflections": row[2], "skipped_reflections": row[3]}
+
+    async def count_skipped_reflection(self, stream: str) -> None:
+        """A reflection that could not run (it will be tried again)."""
+        await self.conn.execute(
+            "INSERT INTO stream_state (stream, skipped_reflections) VALUES (?, 1) "
+            "ON CONFLICT (stream) DO UPDATE SET skipped_reflections = skipped_reflections + 1", (stream,)
+        )
+
+    async def due_streams(self, threshold: int) -> list[str]:
+        """Streams whose importance total has reached the threshold."""
+        async with self.conn.execute(
+            "SELECT stream FROM stream_state WHERE importance_since_reflection >= ? ORDER BY stream",
+            (threshold,),
+        ) as cur:
+            return [row[0] for row in await cur.fetchall()]
+
+    async def record_usage(self, stream: str, role: str, *, calls: int = 1, failures: int = 0,
+                           prompt_tokens: int = 0, completion_tokens: int = 0, retries: int = 0) -> None:
+        """Count model calls (failed ones, and retries the client made) and tokens per stream and role."""
+        await self.conn.execute(
+            "INSERT INTO model_usage (stream, role, calls, failures, prompt_tokens, completion_tokens, retries) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (stream, role) DO UPDATE SET calls = calls + excluded.calls, "
+            "failures = failures + excluded.failures, prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
+            "completion_tokens = completion_tokens + excluded.completion_tokens, "
+            "retries = retries + excluded.retries",
+            (stream, role, calls, failures, prompt_tokens, completion_tokens, retries),
+        )
+
+    async def count_fault(self, stream: str, kind: str, count: int = 1) -> None:
+        """Count a degraded outcome (rating_fallback, insight_dropped, questions_trimmed, ...)."""
+        await self.conn.execute(
+            "INSERT INTO faults (stream, kind, count) VALUES (?, ?, ?) "
+            "ON CONFLICT (stream, kind) DO UPDATE SET count = count + excluded.count", (stream, kind, count),
+        )
+
+    async def faults(self, stream: str | None = None) -> dict[str, int]:
+        """Fault counts by kind (one stream, or all)."""
+        where, args = ("WHERE stream = ?", (stream,)) if stream is not None else ("", ())
+        async with self.conn.execute(
+            f"SELECT kind, SUM(count) FROM faults {where} GROUP BY kind ORDER BY kind", args
+        ) as cur:
+            return {row[0]: int(row[1]) for row in await cur.fetchall()}
+
+    async def pending_state(self, stream: str | None = None) -> dict[str, Any]:
+        """Pending observations: how many, their failed attempts, and when the next retry is due."""
+        where, args = ("AND stream = ?", (stream,)) if stream is not None else ("", ())
+        async with self.conn.execute(
+            f"SELECT COUNT(*), COALESCE(SUM(attempts), 0), MIN(next_attempt_at) FROM memories "
+            f"WHERE status = 'pending' {where}", args
+        ) as cur:
+            row = await cur.fetchone()
+        assert row is not None
+        return {"pending": row[0], "failed_attempts": row[1],
+                "next_retry_at": None if row[2] is None else from_timestamp(row[2]).isoformat()}
+
+    async def record_usage_many(self, rows: Sequence[UsageRow]) -> None:
+        """Add many (stream, role, calls, failures, prompt tokens, completion tokens, retries) rows at once."""
+        if rows:
+            await self.conn.executemany(
+                "INSERT INTO model_usage (stream, role, calls, failures, prompt_tokens, completion_tokens, retries) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (stream, role) DO UPDATE SET "
+                "calls = calls + excluded.calls, failures = failures + excluded.failures, "
+                "prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
+                "completion_tokens = completion_tokens + excluded.completion_tokens, "
+                "retries = retries + excluded.retries", list(rows),
+            )
+
+    async def usage(self, stream: str | None = None) -> dict[str, dict[str, int]]:
+        """Model calls and tokens per role (one stream, or all)."""
+        where, args = ("WHERE stream = ?", (stream,)) if stream is not None else ("", ())
+        async with self.conn.execute(
+            f"SELECT role, SUM(calls), SUM(failures), SUM(prompt_tokens), SUM(completion_tokens) "
+            f"FROM model_usage {where} GROUP BY role ORDER BY role", args
+        ) as cur:
+            return {row[0]: {"calls": row[1], "failures": row[2], "prompt_tokens": row[3],
+                             "completion_tokens": row[4]} for row in await cur.fetchall()}
+
+    async def retries(self, stream: str | None = None) -> dict[str, int]:
+        """Failed requests the model client retried, per role (one stream, or all)."""
+        where, args = ("WHERE stream = ?", (stream,)) if stream is not None else ("", ())
+        async with self.conn.execute(
+            f"SELECT role, SUM(retries) FROM model_usage {where} GROUP BY role ORDER BY role", args
+        ) as cur:
+            return {row[0]: int(row[1]) for row in await cur.fetchall()}
+
+    async def counts(self, stream: str | None = None) -> dict[str, Any]:
+        """Counts by kind and status, the importance histogram and fallback ratings."""
+        where, args = ("WHERE stream = ?", (stream,)) if stream is not None else ("", ())
+        async with self.conn.execute(
+            f"SELECT kind, status, importance, importance_source, COUNT(*) FROM memories {where} "
+            "GROUP BY kind, status, importance, importance_source", args
+        ) as cur:
+            rows = await cur.fetchall()
+        out: dict[str, Any] = {"observations": 0, "reflections": 0, "pending": 0, "fallback": 0,
+                               "histogram": {str(i): 0 for i in range(1, 11)}}
+        for kind, status, importance, source, n in rows:
+            out["observations" if kind == "observation" else "reflections"] += n
+            if status == "pending":
+                out["pending"] += n
+            if source == "fallback":
+                out["fallback"] += n
+            if importance is not None:
+                out["histogram"][str(importance)] += n
+        return out

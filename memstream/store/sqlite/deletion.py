@@ -1,0 +1,108 @@
+"""Deletion cascades: a memory takes with it every reflection citing it and every reply built on it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from memstream.store.sqlite.traces import Traces
+
+__all__ = ["Deletion"]
+
+
+class Deletion(Traces):
+    """Deleting memories, what depends on them, and whole streams."""
+
+    async def delete(self, ids: Iterable[int], *, messages: Sequence[str] = (),
+                     author: tuple[str, str] | None = None, keep: Iterable[int] = ()) -> list[int]:
+        """Delete memories and, transitively, every reflection that cites one of them and every reply built
+        to answer one (with its trace, whose query is the message's text). Traces answering the Discord
+        `messages`, or anything the (stream, author id) `author` said, go too, stored as memories or not.
+        Memories in `keep` stay (an edited message: only what was drawn from its old text goes)."""
+        doomed: set[int] = set()
+        async with self.transaction():
+            frontier = set(ids) | await self._drop_traces(messages, author)
+            while frontier:
+                doomed |= frontier
+                frontier = (await self._citing(frontier) | await self._replies_to(frontier)
+                            | await self._replies_using(frontier)) - doomed
+            ordered = sorted(doomed - set(keep))
+            for start in range(0, len(ordered), 500):
+                chunk = ordered[start:start + 500]
+                marks = ",".join("?" * len(chunk))
+                async with self.conn.execute(f"SELECT text FROM memories WHERE id IN ({marks})", chunk) as cur:
+                    self._residue += [row[0] for row in await cur.fetchall()]
+                await self.conn.execute(f"DELETE FROM memories WHERE id IN ({marks})", tuple(chunk))
+        return ordered
+
+    async def _citing(self, ids: set[int]) -> set[int]:
+        found: set[int] = set()
+        ordered = sorted(ids)
+        for start in range(0, len(ordered), 500):
+            chunk = ordered[start:start + 500]
+            marks = ",".join("?" * len(chunk))
+            async with self.conn.execute(
+                f"SELECT DISTINCT reflection_id FROM evidence WHERE memory_id IN ({marks})", chunk
+            ) as cur:
+                found |= {row[0] for row in await cur.fetchall()}
+        return found
+
+    async def _replies_to(self, ids: set[int]) -> set[int]:
+        """The replies (memories) built to answer these memories' messages; their traces are deleted."""
+        replies: set[int] = set()
+        ordered = sorted(ids)
+        for start in range(0, len(ordered), 500):
+            chunk = ordered[start:start + 500]
+            marks = ",".join("?" * len(chunk))
+            where = (f"query_memory_id IN ({marks}) OR query_message_id IN (SELECT message_id FROM memories "
+                     f"WHERE id IN ({marks}) AND message_id IS NOT NULL AND stream = reply_traces.stream)")
+            async with self.conn.execute(f"SELECT reply_memory_id, query FROM reply_traces WHERE {where}",
+                                         chunk + chunk) as cur:
+                rows = list(await cur.fetchall())
+            replies |= {row[0] for row in rows if row[0] is not None}
+            self._residue += [row[1] for row in rows]
+            await self.conn.execute(f"DELETE FROM reply_traces WHERE {where}", chunk + chunk)
+        return replies
+
+    async def _replies_using(self, ids: set[int]) -> set[int]:
+        """The replies (memories) whose prompts held one of these memories; their traces are deleted."""
+        replies: set[int] = set()
+        ordered = sorted(ids)
+        for start in range(0, len(ordered), 500):
+            chunk = ordered[start:start + 500]
+            where = f"id IN (SELECT trace_id FROM trace_items WHERE memory_id IN ({','.join('?' * len(chunk))}))"
+            async with self.conn.execute(f"SELECT reply_memory_id, query FROM reply_traces WHERE {where}",
+                                         chunk) as cur:
+                rows = list(await cur.fetchall())
+            replies |= {row[0] for row in rows if row[0] is not None}
+            self._residue += [row[1] for row in rows]
+            await self.conn.execute(f"DELETE FROM reply_traces WHERE {where}", chunk)
+        return replies
+
+    async def _drop_traces(self, messages: Sequence[str], author: tuple[str, str] | None) -> set[int]:
+        """Delete the traces answering these messages or this (stream, author); their replies' ids."""
+        wheres: list[tuple[str, list[Any]]] = []
+        for start in range(0, len(messages), 500):
+            chunk = list(messages[start:start + 500])
+            wheres.append((f"query_message_id IN ({','.join('?' * len(chunk))})", chunk))
+        if author is not None:
+            wheres.append(("stream = ? AND query_author_id = ?", list(author)))
+        replies: set[int] = set()
+        for where, args in wheres:
+            async with self.conn.execute(f"SELECT reply_memory_id, query FROM reply_traces WHERE {where}",
+                                         args) as cur:
+                rows = list(await cur.fetchall())
+            replies |= {row[0] for row in rows if row[0] is not None}
+            self._residue += [row[1] for row in rows]
+            await self.conn.execute(f"DELETE FROM reply_traces WHERE {where}", args)
+        return replies
+
+    async def purge_stream(self, stream: str) -> int:
+        """Delete a whole stream: memories, traces, state, usage and fault counts."""
+        self._vacuum_due = True  # a whole stream: rewriting the file is cheaper than looking for its texts
+        async with self.transaction():
+            cursor = await self.conn.execute("DELETE FROM memories WHERE stream = ?", (stream,))
+            for table in ("reply_traces", "stream_state", "model_usage", "faults", "stream_numbers"):
+                await self.conn.execute(f"DELETE FROM {table} WHERE stream = ?", (stream,))
+        return cursor.rowcount
+

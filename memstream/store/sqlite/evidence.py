@@ -1,0 +1,58 @@
+"""Reflections (saved in one transaction with their evidence) and the evidence they cite."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from memstream.records import EvidenceNode, Memory
+from memstream.store.records import NewMemory
+from memstream.store.sqlite.loading import Loading
+
+__all__ = ["Evidence"]
+
+
+class Evidence(Loading):
+    """Saving reflections and reading their evidence."""
+
+    async def save_reflection(self, stream: str, insights: Sequence[tuple[NewMemory, Sequence[int]]],
+                              at: float, touches: dict[int, float] | None = None) -> list[int]:
+        """Insights, their evidence pointers, the importance reset and the last-access updates of the
+        reflection's retrievals (`touches`, id: time), in one transaction."""
+        async with self.transaction():
+            if touches:
+                await self.conn.executemany("UPDATE memories SET last_accessed_at = max(last_accessed_at, ?) "
+                                            "WHERE id = ?", [(t, i) for i, t in touches.items()])
+            ids = await self.insert([insight for insight, _ in insights])
+            for reflection_id, (_, cited) in zip(ids, insights, strict=True):
+                await self.conn.executemany(
+                    "INSERT INTO evidence (reflection_id, memory_id, position) VALUES (?, ?, ?)",
+                    [(reflection_id, memory_id, pos) for pos, memory_id in enumerate(cited)],
+                )
+            await self.conn.execute(
+                "INSERT INTO stream_state (stream, importance_since_reflection, last_reflection_at, reflections) "
+                "VALUES (?, 0, ?, 1) ON CONFLICT (stream) DO UPDATE SET importance_since_reflection = 0, "
+                "last_reflection_at = excluded.last_reflection_at, reflections = reflections + 1",
+                (stream, at),
+            )
+        return ids
+
+    async def evidence(self, reflection_id: int) -> list[int]:
+        """The memories a reflection cites, in citation order."""
+        async with self.conn.execute(
+            "SELECT memory_id FROM evidence WHERE reflection_id = ? ORDER BY position", (reflection_id,)
+        ) as cur:
+            return [row[0] for row in await cur.fetchall()]
+
+    async def evidence_tree(self, memory_id: int, *, stream: str | None = None) -> EvidenceNode:
+        """A memory with its evidence, down to observations."""
+        memory = await self.get(memory_id, stream=stream)
+        return await self._tree(memory, set())
+
+    async def _tree(self, memory: Memory, seen: set[int]) -> EvidenceNode:
+        if memory.kind != "reflection" or memory.id in seen:
+            return EvidenceNode(memory)
+        cited = await self.evidence(memory.id)
+        found = await self.get_many(cited)
+        children = [await self._tree(found[i], seen | {memory.id}) for i in cited if i in found]
+        return EvidenceNode(memory, tuple(children))
+

@@ -1,0 +1,138 @@
+"""Loading a stream's ready rows into arrays for retrieval (large streams in worker processes: memstream._load),
+its texts for the lexical index, and noticing other connections' writes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from memstream import _load
+from memstream.errors import StoreError
+from memstream.store.records import StreamArrays
+from memstream.store.sqlite import connection
+from memstream.store.sqlite.binding import sqlite_module
+from memstream.store.sqlite.rows import Rows
+
+__all__ = ["MAX_LOAD_PROCESSES", "PARALLEL_LOAD_ROWS", "Loading"]
+
+log = logging.getLogger(__name__)
+# A stream this large is read by worker processes when it is loaded (one per core, at most the maximum).
+PARALLEL_LOAD_ROWS = 200_000
+MAX_LOAD_PROCESSES = 8
+
+
+def _arrays(sink: _load.Sink) -> StreamArrays:
+    """The filled rows of a sink as StreamArrays (views)."""
+    n = sink.n
+    return StreamArrays(sink.ids[:n], sink.embeddings[:n], sink.importance[:n], sink.last[:n], sink.created[:n],
+                        sink.inverse_norms[:n])
+
+
+def _joined(parts: Sequence[_load.Part], dim: int) -> StreamArrays:
+    """The parts read by worker processes as StreamArrays: the embeddings stay in their blocks."""
+    def column(name: str) -> npt.NDArray[Any]:
+        return np.concatenate([part.columns[name] for part in parts])
+
+    blocks = [part.embeddings for part in parts if len(part.embeddings)]
+    return StreamArrays(column("ids"), blocks if blocks else np.empty((0, dim), np.float32), column("importance"),
+                        column("last"), column("created"), column("inverse_norms"))
+
+
+class Loading(Rows):
+    """A stream's rows as arrays, its texts, and other connections' writes."""
+
+    async def load_stream(self, stream: str) -> StreamArrays:
+        """The ready memories of a stream, as arrays for retrieval (rows in no particular order).
+
+        A file is read by read-only connections off the event loop (they do not hold up this
+        connection's writes), straight into preallocated arrays: one copy of the embeddings in memory,
+        never two. A large stream is read by several processes at once (memstream._load).
+        """
+        dims = await self.get_meta("embedding_dimensions")
+        dim = int(dims) if dims else 0
+        async with self.conn.execute(
+            "SELECT COUNT(*), MIN(id), MAX(id) FROM memories WHERE stream = ?", (stream,)
+        ) as cur:
+            row = await cur.fetchone()
+        count, low, high = (int(row[0]), row[1], row[2]) if row else (0, None, None)
+        if count == 0 or low is None or high is None:
+            return _arrays(_load.Sink(0, dim))
+        if self.path == ":memory:" or self._in_transaction:
+            sink = _load.Sink(count, dim)
+            async with self.conn.execute(_load.SELECT_READY, (stream, low, high)) as cur:
+                while rows := list(await cur.fetchmany(_load.CHUNK)):
+                    try:
+                        sink.put(rows)
+                    except _load.LoadError as exc:
+                        raise StoreError(str(exc)) from exc
+            return _arrays(sink)
+        workers = self._load_workers(count)
+        if workers > 1:
+            try:
+                parts = await asyncio.to_thread(_load.load_in_processes, sqlite_module().__name__, self.path,
+                                                stream, int(low), int(high), count, dim, workers)
+                return _joined(parts, dim)
+            except _load.LoadError as exc:
+                raise StoreError(str(exc)) from exc
+            except _load.WorkerFailed as exc:
+                log.warning("loading stream %r in %d processes failed (%s); loading it here", stream, workers, exc)
+        return await asyncio.to_thread(self._read_range, stream, int(low), int(high), count, dim)
+
+    async def stream_texts(self, stream: str) -> tuple[list[int], list[str]]:
+        """(ids, texts) of the ready memories of a stream, for its lexical index."""
+        sql = "SELECT id, text FROM memories WHERE stream = ? AND status = 'ready'"
+        if self.path == ":memory:" or self._in_transaction:
+            async with self.conn.execute(sql, (stream,)) as cur:
+                rows = list(await cur.fetchall())
+        else:
+            def read() -> list[Any]:
+                conn = _load.read_only(sqlite_module(), self.path)()
+                try:
+                    return list(conn.execute(sql, (stream,)).fetchall())
+                finally:
+                    conn.close()
+            try:
+                rows = await asyncio.to_thread(read)
+            except sqlite_module().Error as exc:
+                raise connection.store_error(exc, self.path) from exc
+        return [int(r[0]) for r in rows], [str(r[1]) for r in rows]
+
+    def _load_workers(self, count: int) -> int:
+        """How many processes read a stream of `count` rows (1: this one)."""
+        if not _load.processes_available():
+            return 1
+        if self.load_processes is not None:
+            return self.load_processes
+        if count < PARALLEL_LOAD_ROWS:
+            return 1
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:  # not Linux
+            cores = os.cpu_count() or 1
+        return max(1, min(cores, MAX_LOAD_PROCESSES, count // (PARALLEL_LOAD_ROWS // 2)))
+
+    def _read_range(self, stream: str, low: int, high: int, count: int, dim: int) -> StreamArrays:
+        sink = _load.Sink(count, dim)
+        try:
+            _load.read_range(_load.read_only(sqlite_module(), self.path), stream, low, high, sink)
+        except _load.LoadError as exc:
+            raise StoreError(str(exc)) from exc
+        except sqlite_module().Error as exc:
+            raise connection.store_error(exc, self.path) from exc
+        return _arrays(sink)
+
+    async def changed_elsewhere(self) -> bool:
+        """Whether another connection (another process, or another Store on this file) has committed since
+        the last call: SQLite's data_version, one cheap pragma. The in-memory matrices catch up on it."""
+        rows = list(await self.conn.execute_fetchall("PRAGMA data_version"))  # one round trip (asked per query)
+        version = int(rows[0][0]) if rows else 0
+        changed = self._data_version is not None and version != self._data_version
+        self._data_version = version
+        return changed
+

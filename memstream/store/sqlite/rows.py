@@ -1,0 +1,311 @@
+"""Memory rows: inserting (pending or ready), completing a pending one, updating, and reading them back."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from memstream.clock import from_timestamp
+from memstream.errors import MemoryNotFound
+from memstream.records import Memory, Source
+from memstream.store.policy import RETRY_BASE_SECONDS, RETRY_CAP_SECONDS, collected_touches
+from memstream.store.records import NewMemory, UsageRow
+from memstream.store.sqlite.counters import Counters
+
+__all__ = ["Rows", "to_blob"]
+
+_COLUMNS = ("id, stream, kind, text, created_at, last_accessed_at, importance, importance_source, depth, "
+            "author, author_id, channel, channel_id, message_id, status, number")
+
+_INSERT = ("INSERT INTO memories (stream, kind, text, created_at, last_accessed_at, importance, importance_source, "
+           "depth, author, author_id, channel, channel_id, message_id, status, embedding) "
+           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+
+
+def _insert_row(m: NewMemory) -> tuple[Any, ...]:
+    ready = m.importance is not None and m.embedding is not None
+    return (m.stream, m.kind, m.text, m.created_at, m.created_at, m.importance, m.importance_source, m.depth,
+            m.source.author, m.source.author_id, m.source.channel, m.source.channel_id, m.source.message_id,
+            "ready" if ready else "pending", None if m.embedding is None else to_blob(m.embedding))
+
+
+def to_blob(vector: npt.NDArray[np.float32]) -> bytes:
+    """A vector in sqlite-vec's float32 format."""
+    return np.ascontiguousarray(vector, dtype="<f4").tobytes()
+
+
+def _memory(row: Sequence[Any]) -> Memory:
+    return Memory(
+        id=row[0], stream=row[1], kind=row[2], text=row[3],
+        created_at=from_timestamp(row[4]), last_accessed_at=from_timestamp(row[5]),
+        importance=row[6], importance_source=row[7], depth=row[8],
+        source=Source(author=row[9], author_id=row[10], channel=row[11], channel_id=row[12],
+                      message_id=row[13]),
+        status=row[14], number=row[15],
+    )
+
+
+class Rows(Counters):
+    """Writing and reading memory rows."""
+
+    async def insert(self, memories: Sequence[NewMemory]) -> list[int]:
+        """Append memories (pending ones have no importance or embedding yet); one transaction.
+
+        One executemany for the lot: inside our write transaction each new row gets the largest id so
+        far plus one (SQLite's rule while ids are below 2**63 - 1), so the ids are known without a
+        round trip per row.
+        """
+        if not memories:
+            return []
+        rows = [_insert_row(m) for m in memories]
+        async with self.transaction():
+            await self._check_dimensions(m.embedding for m in memories)
+            top = await self._top_id()
+            if top + len(rows) < 2**63 - 1:
+                await self.conn.executemany(_INSERT, rows)
+                return list(range(top + 1, top + len(rows) + 1))
+            ids = []
+            for values in rows:
+                cursor = await self.conn.execute(_INSERT, values)
+                assert cursor.lastrowid is not None
+                ids.append(cursor.lastrowid)
+            return ids
+
+    async def _top_id(self) -> int:
+        """The largest memory id ever given (ids are never reused: AUTOINCREMENT's sequence remembers ids
+        of memories since deleted); the next insert gets this plus one."""
+        async with self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM memories") as cur:
+            row = await cur.fetchone()
+        top = int(row[0]) if row else 0
+        async with self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'") as cur:
+            if await cur.fetchone() is None:  # a file migrated only part of the way (tests)
+                return top
+        async with self.conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'memories'") as cur:
+            row = await cur.fetchone()
+        return max(top, int(row[0]) if row else 0)
+
+    async def insert_unique(self, memories: Sequence[NewMemory]) -> list[tuple[int, bool]]:
+        """Append memories whose (stream, message id) is not stored yet; for each, its id and whether it is
+        new. The lookup and the insert are one write transaction, so processes importing the same messages
+        at once each finish cleanly, every message stored once."""
+        if not memories:
+            return []
+        async with self.transaction():
+            known = await self.find_messages([(m.stream, m.source.message_id) for m in memories
+                                              if m.source.message_id])
+            fresh = [m for m in memories if not m.source.message_id or (m.stream, m.source.message_id) not in known]
+            ids = iter(await self.insert(fresh))
+            return [(known[(m.stream, m.source.message_id)], False)
+                    if m.source.message_id and (m.stream, m.source.message_id) in known else (next(ids), True)
+                    for m in memories]
+
+    async def complete_many(self, stream: str, items: Sequence[tuple[int, int, str, npt.NDArray[np.float32]]],
+                            usage: Sequence[UsageRow] = ()) -> list[int]:
+        """Make pending memories of one stream ready, add their importance to the stream's total and record
+        model usage, in one transaction; returns the ids completed (not those deleted meanwhile).
+
+        `items` are (id, importance, importance source, embedding); `usage` rows as in record_usage_many.
+        """
+        ids = [item[0] for item in items]
+        if not ids:
+            await self.record_usage_many(usage)
+            return []
+        async with self.transaction():
+            await self._check_dimensions(vector for *_, vector in items)
+            async with self.conn.execute(
+                f"SELECT id FROM memories WHERE status = 'pending' AND stream = ? AND id IN "
+                f"({','.join('?' * len(ids))})", (stream, *ids)
+            ) as cur:
+                completed = {int(row[0]) for row in await cur.fetchall()}  # not deleted meanwhile
+            await self.conn.executemany(
+                "UPDATE memories SET importance = ?, importance_source = ?, embedding = ?, status = 'ready' "
+                "WHERE id = ? AND status = 'pending'",
+                [(importance, source, to_blob(vector), memory_id) for memory_id, importance, source, vector in items
+                 if memory_id in completed],
+            )
+            done = [memory_id for memory_id in ids if memory_id in completed]
+            total = sum(importance for memory_id, importance, *_ in items if memory_id in completed)
+            if done:
+                await self.add_importance(stream, total)
+            await self.record_usage_many(usage)
+        return done
+
+    async def find_messages(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """The memories made from these (stream, Discord message id) pairs, where stored: one query per
+        stream and 500 ids, not one per message."""
+        by_stream: dict[str, list[str]] = {}
+        for stream, message_id in keys:
+            by_stream.setdefault(stream, []).append(message_id)
+        found: dict[tuple[str, str], int] = {}
+        for stream, message_ids in by_stream.items():
+            unique = sorted(set(message_ids))
+            for start in range(0, len(unique), 500):
+                chunk = unique[start:start + 500]
+                async with self.conn.execute(
+                    f"SELECT message_id, id FROM memories WHERE stream = ? AND message_id IN "
+                    f"({','.join('?' * len(chunk))})", (stream, *chunk)
+                ) as cur:
+                    found.update(((stream, row[0]), int(row[1])) for row in await cur.fetchall())
+        return found
+
+    async def find_message(self, stream: str, message_id: str) -> int | None:
+        """The memory made from a Discord message, if any."""
+        async with self.conn.execute(
+            "SELECT id FROM memories WHERE stream = ? AND message_id = ?", (stream, message_id)
+        ) as cur:
+            row = await cur.fetchone()
+        return None if row is None else int(row[0])
+
+    async def complete(self, memory_id: int, importance: int, source: str,
+                       embedding: npt.NDArray[np.float32]) -> bool:
+        """Make a pending memory ready; False if it was deleted meanwhile."""
+        async with self.transaction():
+            await self._check_dimensions([embedding])
+            cursor = await self.conn.execute(
+                "UPDATE memories SET importance = ?, importance_source = ?, embedding = ?, status = 'ready' "
+                "WHERE id = ? AND status = 'pending'",
+                (importance, source, to_blob(embedding), memory_id),
+            )
+        return cursor.rowcount == 1
+
+    async def count_attempt(self, memory_id: int, *, at: float | None = None) -> None:
+        """Record one more failed attempt to complete a pending memory; given the time of the failure, its
+        next attempt waits retry_delay(failures) seconds."""
+        if at is None:
+            await self.conn.execute("UPDATE memories SET attempts = attempts + 1 WHERE id = ?", (memory_id,))
+            return
+        await self.conn.execute(
+            "UPDATE memories SET attempts = attempts + 1, next_attempt_at = ? + min(?, ? * (1 << min(attempts, 30))) "
+            "WHERE id = ?", (at, RETRY_CAP_SECONDS, RETRY_BASE_SECONDS, memory_id),
+        )
+
+    async def update_text(self, memory_id: int, text: str, embedding: npt.NDArray[np.float32]) -> None:
+        """Replace an observation's text and embedding (an edited message)."""
+        async with self.transaction():
+            await self._check_dimensions([embedding])
+            async with self.conn.execute("SELECT text FROM memories WHERE id = ?", (memory_id,)) as cur:
+                self._residue += [row[0] for row in await cur.fetchall()]
+            await self.conn.execute("UPDATE memories SET text = ?, embedding = ? WHERE id = ?",
+                                    (text, to_blob(embedding), memory_id))
+
+    async def touch(self, ids: Sequence[int], at: float) -> None:
+        """Set last access of these memories to `at` (collected instead inside `deferred_touches()`)."""
+        collected = collected_touches()
+        if collected is not None:
+            for memory_id in ids:
+                collected[memory_id] = max(at, collected.get(memory_id, at))
+        elif ids:
+            await self.conn.executemany("UPDATE memories SET last_accessed_at = ? WHERE id = ?",
+                                        [(at, i) for i in ids])
+
+    async def get(self, memory_id: int, *, stream: str | None = None) -> Memory:
+        """One memory by id (restricted to `stream` when given)."""
+        async with self.conn.execute(f"SELECT {_COLUMNS} FROM memories WHERE id = ?", (memory_id,)) as cur:
+            row = await cur.fetchone()
+        if row is None or (stream is not None and row[1] != stream):
+            where = f" in stream {stream!r}" if stream is not None else ""
+            raise MemoryNotFound(f"no memory #{memory_id}{where}", memory_id=memory_id)
+        return _memory(row)
+
+    async def by_number(self, stream: str, number: int) -> int:
+        """The id of the memory a stream shows as #number (MemoryNotFound if there is none)."""
+        async with self.conn.execute("SELECT id FROM memories WHERE stream = ? AND number = ?",
+                                     (stream, number)) as cur:
+            row = await cur.fetchone()
+        if row is None:
+            raise MemoryNotFound(f"no memory #{number} in stream {stream!r}", memory_id=number)
+        return int(row[0])
+
+    async def get_many(self, ids: Sequence[int]) -> dict[int, Memory]:
+        """Memories by id (missing ones are left out)."""
+        found: dict[int, Memory] = {}
+        for start in range(0, len(ids), 500):
+            chunk = list(ids[start:start + 500])
+            marks = ",".join("?" * len(chunk))
+            for row in await self.conn.execute_fetchall(f"SELECT {_COLUMNS} FROM memories WHERE id IN ({marks})",
+                                                        chunk):  # one round trip to SQLite's thread
+                found[row[0]] = _memory(row)
+        return found
+
+    async def recent(self, stream: str, limit: int, *, offset: int = 0,
+                     include_pending: bool = False) -> list[Memory]:
+        """The most recent memories of a stream, newest first."""
+        status = "" if include_pending else "AND status = 'ready'"
+        async with self.conn.execute(
+            f"SELECT {_COLUMNS} FROM memories WHERE stream = ? {status} "
+            "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?", (stream, limit, offset)
+        ) as cur:
+            return [_memory(row) for row in await cur.fetchall()]
+
+    async def pending_memories(self, limit: int = 1000, *, due_at: float | None = None) -> list[Memory]:
+        """Memories waiting for a rating or an embedding, oldest first; with `due_at`, only those whose
+        next attempt is due by then."""
+        async with self.conn.execute(
+            f"SELECT {_COLUMNS} FROM memories WHERE status = 'pending' AND (? IS NULL OR next_attempt_at IS NULL "
+            "OR next_attempt_at <= ?) ORDER BY id LIMIT ?", (due_at, due_at, limit)
+        ) as cur:
+            return [_memory(row) for row in await cur.fetchall()]
+
+    async def by_author(self, stream: str, author_id: str) -> list[int]:
+        """Ids of the observations made from one author's messages in a stream."""
+        async with self.conn.execute(
+            "SELECT id FROM memories WHERE stream = ? AND author_id = ? AND kind = 'observation'",
+            (stream, author_id),
+        ) as cur:
+            return [row[0] for row in await cur.fetchall()]
+
+    async def author_memories(self, author_id: str, *, stream: str | None = None) -> list[Memory]:
+        """The observations made from one author's messages, oldest first: in one stream, or in every one."""
+        where, args = ("stream = ? AND ", [stream]) if stream is not None else ("", [])
+        async with self.conn.execute(
+            f"SELECT {_COLUMNS} FROM memories WHERE {where}author_id = ? AND kind = 'observation' "
+            "ORDER BY created_at, id", [*args, author_id],
+        ) as cur:
+            return [_memory(row) for row in await cur.fetchall()]
+
+    async def stream_pages(self, stream: str, *, page: int = 1000) -> AsyncIterator[list[Memory]]:
+        """Every memory of a stream, pending ones too, oldest first, a page at a time (a long stream is never
+        held whole)."""
+        after: tuple[float, int] | None = None
+        while True:
+            where, args = ("", []) if after is None else (
+                "AND (created_at > ? OR (created_at = ? AND id > ?))", [after[0], after[0], after[1]])
+            async with self.conn.execute(
+                f"SELECT {_COLUMNS} FROM memories WHERE stream = ? {where} ORDER BY created_at, id LIMIT ?",
+                [stream, *args, page],
+            ) as cur:
+                rows = list(await cur.fetchall())
+            if not rows:
+                return
+            yield [_memory(row) for row in rows]
+            after = (rows[-1][4], rows[-1][0])
+
+    async def by_message(self, message_ids: Sequence[str]) -> list[int]:
+        """Ids of the memories made from these Discord messages, in any stream."""
+        found: list[int] = []
+        for start in range(0, len(message_ids), 500):
+            chunk = list(message_ids[start:start + 500])
+            marks = ",".join("?" * len(chunk))
+            async with self.conn.execute(f"SELECT id FROM memories WHERE message_id IN ({marks})", chunk) as cur:
+                found.extend(row[0] for row in await cur.fetchall())
+        return found
+
+    async def streams(self) -> list[str]:
+        """Every stream key in this file."""
+        async with self.conn.execute("SELECT DISTINCT stream FROM memories ORDER BY stream") as cur:
+            keys = {row[0] for row in await cur.fetchall()}
+        async with self.conn.execute("SELECT stream FROM stream_state") as cur:
+            keys |= {row[0] for row in await cur.fetchall()}
+        return sorted(keys)
+
+    async def load_vector(self, memory_id: int) -> npt.NDArray[np.float32]:
+        """One memory's embedding."""
+        async with self.conn.execute("SELECT embedding FROM memories WHERE id = ?", (memory_id,)) as cur:
+            row = await cur.fetchone()
+        if row is None or row[0] is None:
+            raise MemoryNotFound(f"no embedding for memory #{memory_id}")
+        return np.frombuffer(row[0], dtype="<f4").astype(np.float32)
+
