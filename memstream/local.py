@@ -235,9 +235,8 @@ def _load_extra() -> None:
         raise ConfigError(f"--local needs the local extra ({exc.name or exc} is not installed): {EXTRA}") from exc
 
 
-def main(argv: list[str] | None = None) -> int:
+def main() -> int:
     """`python -m memstream.local`: fetch the model now (before going offline, in CI or an image)."""
-    del argv
     try:
         found = find_model() or fetch_model(cache_dir(), say=lambda line: print(line, file=sys.stderr))
     except ConfigError as exc:
