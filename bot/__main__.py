@@ -1,7 +1,9 @@
 """Run a persona on Discord: `memstream bot --persona personas/isabella.toml` or `python -m bot ...`.
 
 One process per persona: each persona is its own Discord application (its own token, name and avatar)
-and its own SQLite file, so a crash, a restart or a rate limit of one never touches another.
+and its own SQLite file, so a crash, a restart or a rate limit of one never touches another. A persona in
+thousands of servers runs as several processes on one database, each with some of its shards
+(`--shard-count 4 --shards 0-1`: bot.sharding).
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ from pathlib import Path
 import aiohttp
 import discord
 
-from bot.bot import OneLineReconnects, PersonaBot
+from bot.bot import OneLineReconnects, PersonaBot, make_bot
+from bot.sharding import COUNT_ENV, SHARDS_ENV, parse_shards
 from memstream import ConfigError, MemoryStream, MemstreamError, load_persona
 from memstream.exits import exit_status
 from memstream.terminal import visible
 
-__all__ = ["configure_logging", "main", "run", "settle_memory"]
+__all__ = ["add_shard_arguments", "configure_logging", "main", "run", "settle_memory"]
 
 log = logging.getLogger("bot")
 SETTLE_SECONDS = 30.0
@@ -85,6 +88,7 @@ def stop_on_sigterm(bot: PersonaBot) -> None:
 
 async def run(args: argparse.Namespace) -> int:
     """Open the persona's memory, start the bot, and turn Discord's start-up errors into one line."""
+    shards = parse_shards(getattr(args, "shard_count", None), getattr(args, "shards", None), os.environ)
     persona = load_persona(args.persona)
     if getattr(args, "db", None) is not None:
         persona = persona.with_database(Path(args.db))
@@ -93,7 +97,7 @@ async def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{persona.discord.token_env} is not set: create a bot at "
                           "https://discord.com/developers/applications and export its token")
     async with await MemoryStream.open(persona) as memory:
-        bot = PersonaBot(memory, persona)
+        bot = make_bot(memory, persona, shards)
         settling = asyncio.create_task(settle_memory(bot))
         try:
             async with bot:
@@ -112,12 +116,21 @@ async def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_shard_arguments(parser: argparse.ArgumentParser) -> None:
+    """--shard-count and --shards (checked by bot.sharding.parse_shards, with their variables)."""
+    parser.add_argument("--shard-count", metavar="N", help=f"the bot's total number of shards, across all its "
+                                                           f"processes (or ${COUNT_ENV}); without it, no sharding")
+    parser.add_argument("--shards", metavar="IDS", help=f"the shards this process runs: 0-3, 0,2 (or ${SHARDS_ENV}; "
+                                                        "default: all of them); the one with shard 0 serves DMs")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m bot`."""
     parser = argparse.ArgumentParser(prog="python -m bot", description="Run a memstream persona on Discord.")
     parser.add_argument("--persona", default=os.environ.get("MEMSTREAM_PERSONA", "personas/isabella.toml"))
     parser.add_argument("--db", type=Path, help="use this database file instead of the persona's")
     parser.add_argument("-v", "--verbose", action="store_true")
+    add_shard_arguments(parser)
     args = parser.parse_args(argv)
     configure_logging(verbose=args.verbose)
     try:

@@ -12,9 +12,10 @@ from discord.ext import commands
 
 from bot.health import write_status
 from bot.scheduler import ReflectionScheduler
+from bot.sharding import Shards
 from memstream import MemoryNotFound, MemoryStream, MemstreamError, PersonaConfig
 
-__all__ = ["COGS", "OneLineReconnects", "PersonaBot", "invite_url", "stream_key"]
+__all__ = ["COGS", "OneLineReconnects", "PersonaBot", "ShardedPersonaBot", "invite_url", "make_bot", "stream_key"]
 
 log = logging.getLogger("bot")
 COGS = ("bot.cogs.observe", "bot.cogs.chat", "bot.cogs.memory", "bot.cogs.mydata")
@@ -22,6 +23,9 @@ COGS = ("bot.cogs.observe", "bot.cogs.chat", "bot.cogs.memory", "bot.cogs.mydata
 CLOSE_DRAIN_SECONDS = 5.0
 # A stream key in an error text ("in stream 'guild:2100'"): shown to people as "in this server".
 _STREAM_NAME = re.compile(r"in stream '?(?:guild|dm):\d+'?")
+# Discord lets a bot identify once per 5 s (per max_concurrency bucket): a process with several shards waits
+# this long between its shards' logins (discord.py's own default).
+IDENTIFY_SECONDS = 5.0
 
 
 def stream_key(guild_id: int | None, user_id: int) -> str:
@@ -73,6 +77,8 @@ class PersonaTree(app_commands.CommandTree[discord.Client]):
 class PersonaBot(commands.Bot):
     """The persona on Discord; its memory and config come in through the constructor."""
 
+    sharding: Shards | None = None  # (not "shards": AutoShardedClient.shards is discord.py's)
+
     def __init__(self, memory: MemoryStream, persona: PersonaConfig, **options: object) -> None:
         super().__init__(
             command_prefix=commands.when_mentioned, intents=intents(), help_command=None,
@@ -81,7 +87,8 @@ class PersonaBot(commands.Bot):
         )
         self.memory = memory
         self.persona = persona
-        self.reflections = ReflectionScheduler(memory, check_minutes=persona.discord.reflect_check_minutes)
+        self.reflections = ReflectionScheduler(memory, check_minutes=persona.discord.reflect_check_minutes,
+                                               owns=self.sharding.owns if self.sharding is not None else None)
         self._synced: set[int] = set()
         self._channels: dict[int, object] = {}
         self.damaged: set[str] = set()  # streams whose damaged storage was reported (once each)
@@ -104,8 +111,9 @@ class PersonaBot(commands.Bot):
             await self.load_extension(name)
         self.memory.on_reflection_due = self.reflections.request
         self.reflections.start()
-        for guild_id in self.persona.discord.guilds:
-            await self.sync_guild(guild_id)
+        if self.sharding is None or self.sharding.dms:  # the configured servers: synced by the shard-0 process
+            for guild_id in self.persona.discord.guilds:
+                await self.sync_guild(guild_id)
 
     async def sync_guild(self, guild_id: int) -> None:
         """Sync the slash commands to one server (never globally: that takes an hour to spread)."""
@@ -132,11 +140,13 @@ class PersonaBot(commands.Bot):
         self._announced = True
         servers = ", ".join(f"{g.name} ({g.id})" for g in self.guilds[:10]) + (", ..." if len(self.guilds) > 10
                                                                                  else "")
-        log.info("%s is online as %s (id %s) in %d server(s): %s; invite: %s", self.persona.name, self.user,
-                 self.user.id, len(self.guilds), servers or "none yet", invite_url(self.user.id))
+        where = f" on {self.sharding.describe()}" if self.sharding is not None else ""
+        log.info("%s is online as %s (id %s)%s in %d server(s): %s; invite: %s", self.persona.name, self.user,
+                 self.user.id, where, len(self.guilds), servers or "none yet", invite_url(self.user.id))
 
     async def on_guild_available(self, guild: discord.Guild) -> None:
-        """With no servers configured, sync to each server the persona is in, once per process."""
+        """With no servers configured, sync to each server the persona is in, once per process (sharded, a
+        server's events reach one process only: each server is synced once, by the process serving it)."""
         if not self.persona.discord.guilds:
             try:
                 await self.sync_guild(guild.id)
@@ -190,3 +200,25 @@ class PersonaBot(commands.Bot):
                 await interaction.response.send_message(text[:2000], ephemeral=True)
         except discord.HTTPException:
             log.warning("could not report an error to the user")
+
+
+class ShardedPersonaBot(PersonaBot, commands.AutoShardedBot):
+    """The persona on some of the bot's shards (discord.py's AutoShardedBot): it serves, reflects on and retries
+    only the streams of those shards; the configured servers' commands are synced by the shard-0 process."""
+
+    def __init__(self, memory: MemoryStream, persona: PersonaConfig, shards: Shards, **options: object) -> None:
+        self.sharding = shards
+        super().__init__(memory, persona, shard_count=shards.count, shard_ids=list(shards.ids), **options)
+
+    async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:
+        """Wait between this process's shard logins (Discord's identify rate limit)."""
+        if not initial:
+            await asyncio.sleep(IDENTIFY_SECONDS)
+
+
+def make_bot(memory: MemoryStream, persona: PersonaConfig, shards: Shards | None = None,
+             **options: object) -> PersonaBot:
+    """The persona's bot: one unsharded connection, or the given shards of a sharded bot."""
+    if shards is None:
+        return PersonaBot(memory, persona, **options)
+    return ShardedPersonaBot(memory, persona, shards, **options)

@@ -4,12 +4,16 @@ Nothing lives only in the job store: whether a stream is due, and which observat
 is read from the database, so a restart loses nothing (the periodic check, which also runs at start,
 finds it again). Pending observations are retried every PENDING_SECONDS once their backoff has passed
 (memstream.store.retry_delay); at start, all of them at once.
+
+A process running some shards of a sharded bot (`owns`) touches only its own streams: several processes
+share the database, and each stream is reflected on and retried by exactly one of them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -25,8 +29,10 @@ PENDING_SECONDS = 60.0
 class ReflectionScheduler:
     """One reflection job per due stream (coalesced, one at a time), plus a periodic catch-up."""
 
-    def __init__(self, memory: MemoryStream, *, check_minutes: float = 10.0) -> None:
+    def __init__(self, memory: MemoryStream, *, check_minutes: float = 10.0,
+                 owns: Callable[[str], bool] | None = None) -> None:
         self.memory = memory
+        self.owns = owns  # which streams this process serves (None: all of them)
         self.check_minutes = check_minutes
         self.scheduler = AsyncIOScheduler(timezone=UTC)
         self.runs: list[str] = []
@@ -49,7 +55,7 @@ class ReflectionScheduler:
 
     async def request(self, stream: str) -> None:
         """Schedule one reflection for a stream now; a request while one is queued merges with it."""
-        if not self.scheduler.running or stream in self._running:
+        if not self.scheduler.running or stream in self._running or (self.owns is not None and not self.owns(stream)):
             return  # a reflection running now resets the total; the periodic check catches anything after
         self.scheduler.add_job(self.reflect, args=[stream], id=f"reflect:{stream}", replace_existing=True,
                                next_run_time=datetime.now(UTC), coalesce=True, max_instances=1,
@@ -77,9 +83,14 @@ class ReflectionScheduler:
         """Complete the pending observations whose retry is due (all of them on the first run after a
         start); returns how many became ready."""
         first, self._started = not self._started, True
+        streams = None
+        if self.owns is not None:
+            streams = [s for s in await self.memory.store.streams() if self.owns(s)]
+            if not streams:
+                return 0
         done = 0
         while True:  # in chunks, until none is due: each one either completes or waits for its next retry
-            finished = await self.memory.complete_pending(500, due_only=not first)
+            finished = await self.memory.complete_pending(500, due_only=not first, streams=streams)
             done += finished
             if finished == 0:
                 return done
@@ -98,7 +109,7 @@ class ReflectionScheduler:
         try:
             await self.retry_pending()
             for stream in await self.memory.due_streams():
-                await self.request(stream)
+                await self.request(stream)  # (only this process's streams)
         except MemstreamError as exc:
             log.warning("periodic check failed: %s", exc)
         except asyncio.CancelledError:

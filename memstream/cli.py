@@ -736,8 +736,13 @@ def build_parser() -> argparse.ArgumentParser:
                                    "what could not be read.")
     p.add_argument("src", type=Path)
     p.add_argument("dest", type=Path)
-    sub.add_parser("bot", parents=[common], help="run the persona on Discord (needs DISCORD_TOKEN)",
-                   description="Run the persona as a Discord bot (one process per persona).")
+    p = sub.add_parser("bot", parents=[common], help="run the persona on Discord (needs DISCORD_TOKEN)",
+                       description="Run the persona as a Discord bot: one process, or with --shard-count and "
+                                   "--shards some shards of a bot run as several processes on one database.")
+    p.add_argument("--shard-count", metavar="N", help="the bot's total number of shards, across all its processes "
+                                                     "(or $MEMSTREAM_SHARD_COUNT); without it, no sharding")
+    p.add_argument("--shards", metavar="IDS", help="the shards this process runs: 0-3, 0,2 (or $MEMSTREAM_SHARDS; "
+                                                   "default: all of them); the one with shard 0 serves DMs")
     sub.add_parser("doctor", parents=[common], help="check the set-up: persona, SQLite, database, models, Discord",
                    description="One line per check (ok, warn or fail, and what to do); exit status 1 when any "
                                "fails. $MEMSTREAM_DISCORD_API points the Discord checks at another API address.")

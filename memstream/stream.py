@@ -246,14 +246,16 @@ class MemoryStream:
             out[slot] = (out[earlier][0], False)
         return out
 
-    async def complete_pending(self, limit: int = 1000, *, due_only: bool = False) -> int:
+    async def complete_pending(self, limit: int = 1000, *, due_only: bool = False,
+                               streams: Sequence[str] | None = None) -> int:
         """Finish observations left pending by a model outage or a crash; returns how many are done.
 
         With `due_only`, only those whose retry is due (store.retry_delay: a backoff per memory, which
-        the bot's periodic check respects; at start it tries them all).
+        the bot's periodic check respects; at start it tries them all); with `streams`, only those of
+        these streams (a process of a sharded bot completes its own).
         """
         due = to_timestamp(self.clock.now()) if due_only else None
-        pending = await self.store.pending_memories(limit, due_at=due)
+        pending = await self.store.pending_memories(limit, due_at=due, streams=streams)
         await self._complete([m.id for m in pending])
         done = await self.store.get_many([m.id for m in pending])
         finished = [m for m in done.values() if m.status == "ready"]

@@ -118,8 +118,10 @@ class Store(Protocol):
         """A stream's most recent memories, newest first (ties: the larger id first)."""
         ...
 
-    async def pending_memories(self, limit: int = 1000, *, due_at: float | None = None) -> list[Memory]:
-        """Pending memories, oldest (smallest id) first; with `due_at`, only those whose retry is due."""
+    async def pending_memories(self, limit: int = 1000, *, due_at: float | None = None,
+                               streams: Sequence[str] | None = None) -> list[Memory]:
+        """Pending memories, oldest (smallest id) first; with `due_at`, only those whose retry is due; with
+        `streams`, only those of these streams (any number of them)."""
         ...
 
     async def find_message(self, stream: str, message_id: str) -> int | None:

@@ -200,6 +200,13 @@ def _invalid_form(path: Sequence[str | int], code: str, message: str) -> Discord
     return DiscordAPIError(400, 50035, "Invalid Form Body", _form_error(path, code, message))
 
 
+def use_fake_discord(http_base: str) -> None:
+    """Point discord.py in this process at a fake Discord served at ``http_base`` (``FakeDiscord.http_base`` of
+    another process: how a bot started as a subprocess finds the test's fake)."""
+    discord.http.Route.BASE = http_base + API_PREFIX
+    discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(http_base.replace("http", "ws", 1) + "/gateway")
+
+
 class SnowflakeFactory:
     """Make monotonic snowflakes stamped with the current time, so ``created_at`` values look right."""
 
@@ -213,6 +220,15 @@ class SnowflakeFactory:
         if value <= self._last:
             value = self._last + 1
         self._last = value
+        return value
+
+    def on_shard(self, shard_id: int, shard_count: int) -> int:
+        """Return a new snowflake that, as a guild id, lands on ``shard_id`` of ``shard_count`` (a later ms)."""
+        value = self()
+        ms = value >> 22
+        moved = ms + (shard_id - ms) % shard_count
+        if moved != ms:
+            value = self._last = (moved << 22) | (1 << 17)
         return value
 
 
@@ -895,9 +911,12 @@ class _Session:
         self.invalidated = False
         self.lock = asyncio.Lock()
 
-    def wants_guild(self, guild_id: int) -> bool:
-        """Whether this session's shard receives events for ``guild_id``."""
+    def wants_guild(self, guild_id: int | None) -> bool:
+        """Whether this session's shard receives events for ``guild_id``: Discord's ``(guild_id >> 22) % count``;
+        events outside any guild (``None``: direct messages) go to shard 0 only."""
         shard_id, count = self.shard
+        if guild_id is None:
+            return shard_id == 0
         return (guild_id >> 22) % max(count, 1) == shard_id
 
     async def dispatch(self, event: str, data: JSON) -> None:
@@ -926,6 +945,7 @@ class FakeDiscord:
         heartbeat_interval: int = 41250,
         interaction_deadline: float = 3.0,
         valid_token: str | None = None,
+        shard_count: int = 1,
     ) -> None:
         """Create the fake's state (bot user, application owner); call ``start()`` or use ``async with``."""
         self.snowflake = SnowflakeFactory()
@@ -937,6 +957,9 @@ class FakeDiscord:
         self.channels: dict[int, FakeChannel] = {}
         # Behaviour knobs.
         self.valid_token = valid_token
+        self.shard_count = shard_count  # what GET /gateway/bot recommends
+        self.max_concurrency = 1  # identifies allowed per 5 s (GET /gateway/bot's session_start_limit)
+        self.session_starts_left = 1000  # of the day's allowance; each IDENTIFY uses one
         self.reject_intents = False
         self.heartbeat_interval = heartbeat_interval
         self.interaction_deadline = interaction_deadline
@@ -1055,11 +1078,19 @@ class FakeDiscord:
         return user
 
     def add_guild(
-        self, name: str, *, owner_id: int | None = None, bot_permissions: int = DEFAULT_BOT_PERMISSIONS
+        self,
+        name: str,
+        *,
+        owner_id: int | None = None,
+        bot_permissions: int = DEFAULT_BOT_PERMISSIONS,
+        shard: tuple[int, int] | None = None,
     ) -> FakeGuild:
-        """Create a guild the bot is in; the owner defaults to the application owner."""
+        """Create a guild the bot is in; the owner defaults to the application owner.
+
+        ``shard=(shard_id, shard_count)`` picks an id whose events go to that shard."""
         owner = self.owner.id if owner_id is None else owner_id
-        guild = FakeGuild(self, self.snowflake(), name, owner, bot_permissions)
+        guild_id = self.snowflake() if shard is None else self.snowflake.on_shard(*shard)
+        guild = FakeGuild(self, guild_id, name, owner, bot_permissions)
         if owner in self.users:
             guild.add_member(self.users[owner])
         self.guilds[guild.id] = guild
@@ -1129,12 +1160,32 @@ class FakeDiscord:
         """Return the sessions that got READY and were not closed for good."""
         return [s for s in self._sessions.values() if s.ready and not s.invalidated]
 
-    async def dispatch(self, event: str, data: JSON, *, guild_id: int | None = None, intent: int | None = None) -> int:
-        """Send any DISPATCH event to every live session (filtered by shard and intent); return the count."""
+    def live_shards(self) -> dict[str, list[tuple[int, int]]]:
+        """Return the ``(shard_id, shard_count)`` of each live session, by the token it identified with."""
+        shards: dict[str, list[tuple[int, int]]] = {}
+        for session in self._live_sessions():
+            shards.setdefault(session.token, []).append(session.shard)
+        return {token: sorted(found) for token, found in shards.items()}
+
+    def events_on_shard(self, shard_id: int, event: str | None = None) -> list[JSON]:
+        """Return what the live sessions of ``shard_id`` were sent (the last 2,000 dispatches each), optionally
+        only one event type."""
+        return [frame["d"] for session in self._live_sessions() if session.shard[0] == shard_id
+                for frame in session.buffer if event is None or frame["t"] == event]
+
+    async def wait_for_shards(self, count: int, timeout: float = 5.0) -> None:
+        """Wait until ``count`` sessions are live (identified and sent their guilds)."""
+        await self._changes.wait_for(lambda: len(self._live_sessions()) >= count, timeout, f"{count} live sessions")
+
+    async def dispatch(
+        self, event: str, data: JSON, *, guild_id: int | None = None, intent: int | None = None, dm: bool = False
+    ) -> int:
+        """Send any DISPATCH event to the live sessions (filtered by intent, and by shard: a guild's events go to
+        its shard, a DM's (``dm=True``) to shard 0, others to every shard); return the count."""
         self.dispatched.append((event, data))
         count = 0
         for session in self._live_sessions():
-            if guild_id is not None and not session.wants_guild(guild_id):
+            if (guild_id is not None or dm) and not session.wants_guild(guild_id):
                 continue
             if intent is not None and not session.intents & intent:
                 continue
@@ -1149,7 +1200,7 @@ class FakeDiscord:
         self.dispatched.append((event, rendered))
         count = 0
         for session in self._live_sessions():
-            if channel.guild_id is not None and not session.wants_guild(channel.guild_id):
+            if not session.wants_guild(channel.guild_id):  # a guild's shard; DMs on shard 0
                 continue
             if not session.intents & intent:
                 continue
@@ -1177,7 +1228,7 @@ class FakeDiscord:
     async def _dispatch_channel_event(self, event: str, data: JSON, channel: FakeChannel) -> int:
         """Dispatch a message-related event without content (deletes), honouring message intents."""
         intent = INTENT_GUILD_MESSAGES if channel.guild_id is not None else INTENT_DIRECT_MESSAGES
-        return await self.dispatch(event, data, guild_id=channel.guild_id, intent=intent)
+        return await self.dispatch(event, data, guild_id=channel.guild_id, intent=intent, dm=channel.guild_id is None)
 
     async def send_message(
         self,
@@ -1364,7 +1415,7 @@ class FakeDiscord:
             user=user,
             payload=payload,
         )
-        sessions = [s for s in self._live_sessions() if guild_id is None or s.wants_guild(guild_id)]
+        sessions = [s for s in self._live_sessions() if s.wants_guild(guild_id)]  # DMs: shard 0
         if not sessions:
             raise RuntimeError("no bot is connected to receive the interaction (wait until it is ready)")
         self.interactions[interaction_id] = record
@@ -2098,8 +2149,9 @@ class FakeDiscord:
 
     async def _get_gateway_bot(self, request: web.Request) -> web.StreamResponse:
         """GET /gateway/bot."""
-        limit = {"total": 1000, "remaining": 999, "reset_after": 14_400_000, "max_concurrency": 1}
-        return _json_response({"url": str(self.gateway_url), "shards": 1, "session_start_limit": limit})
+        limit = {"total": 1000, "remaining": self.session_starts_left, "reset_after": 14_400_000,
+                 "max_concurrency": self.max_concurrency}
+        return _json_response({"url": str(self.gateway_url), "shards": self.shard_count, "session_start_limit": limit})
 
     async def _get_attachment(self, request: web.Request) -> web.StreamResponse:
         """Serve attachment bytes (the CDN)."""
@@ -2752,7 +2804,12 @@ class FakeDiscord:
             await self._close(conn, 4014, "Disallowed intent(s).")
             return
         shard = data.get("shard") or [0, 1]
-        session = _Session(secrets.token_hex(16), intents, (int(shard[0]), int(shard[1])), token)
+        if (not isinstance(shard, list) or len(shard) != 2 or not all(isinstance(n, int) for n in shard)
+                or not 0 <= shard[0] < shard[1]):
+            await self._close(conn, 4010, "Invalid shard.")
+            return
+        self.session_starts_left -= 1
+        session = _Session(secrets.token_hex(16), intents, (shard[0], shard[1]), token)
         session.conn = conn
         conn.session = session
         self._sessions[session.id] = session

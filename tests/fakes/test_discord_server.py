@@ -4,7 +4,7 @@ import asyncio
 import contextlib
 import io
 import warnings
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -200,6 +200,14 @@ async def world(fake: FakeDiscord, monkeypatch: pytest.MonkeyPatch) -> AsyncIter
 async def next_item(queue: "asyncio.Queue[Any]") -> Any:
     """Get the next item of a queue, failing after WAIT seconds."""
     return await asyncio.wait_for(queue.get(), WAIT)
+
+
+async def until(check: Callable[[], Awaitable[bool]]) -> None:
+    """Poll an async check until it holds, failing after WAIT seconds."""
+    deadline = asyncio.get_running_loop().time() + WAIT
+    while not await check():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.01)
 
 
 def text_channel(world: World) -> discord.TextChannel:
@@ -530,3 +538,98 @@ async def test_members_intent_threads_subcommands_and_buttons(
         assert prompt.content == "forgotten" and prompt.message["components"] == []
     finally:
         await stop_bot(bot, task)
+
+
+class ShardClient(discord.AutoShardedClient):
+    """An unmodified AutoShardedClient that records the messages it receives."""
+
+    def __init__(self, **options: Any) -> None:
+        """Default intents with message content; fast readiness."""
+        intents = discord.Intents.default()
+        intents.message_content = True
+        super().__init__(intents=intents, guild_ready_timeout=0.05, **options)
+        self.seen: list[discord.Message] = []
+
+    async def on_message(self, message: discord.Message) -> None:
+        """Record the message."""
+        self.seen.append(message)
+
+    async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:
+        """No 5 s pause between a client's shards (the fake has no identify rate limit)."""
+
+
+@contextlib.asynccontextmanager
+async def sharded(**options: Any) -> AsyncIterator[ShardClient]:
+    """A ShardClient logged in and ready (every shard), closed at the end."""
+    client = ShardClient(**options)
+    task = asyncio.create_task(client.start("token"))
+    try:
+        await asyncio.wait_for(client.wait_until_ready(), WAIT)
+        yield client
+    finally:
+        await client.close()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, WAIT)
+
+
+async def test_gateway_bot_gives_the_shard_count_that_auto_sharding_follows(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with FakeDiscord(shard_count=3) as fake:
+        fake.install(monkeypatch)
+        guilds = [fake.add_guild(f"G{n}", shard=(n, 3)) for n in range(3)]
+        async with sharded() as client:  # no shard_count: discord.py asks GET /gateway/bot
+            assert fake.live_shards() == {"token": [(0, 3), (1, 3), (2, 3)]}
+            assert [p["shard"] for p in fake.identify_payloads] == [[0, 3], [1, 3], [2, 3]]
+            assert {g.id: g.shard_id for g in client.guilds} == {g.id: n for n, g in enumerate(guilds)}
+            limits = await client.fetch_session_start_limits()
+            assert (limits.total, limits.remaining, limits.max_concurrency) == (1000, 997, 1)
+
+
+async def test_each_shard_receives_only_its_guilds_and_dms_come_on_shard_0(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with FakeDiscord(shard_count=4) as fake:
+        fake.install(monkeypatch)
+        guilds = [fake.add_guild(f"G{n}", shard=(n, 4)) for n in range(4)]
+        assert [(g.id >> 22) % 4 for g in guilds] == [0, 1, 2, 3]
+        channels = [g.add_channel("general") for g in guilds]
+        alice = fake.add_user("alice")
+        for guild in guilds:
+            guild.add_member(alice)
+        async with sharded(shard_count=4, shard_ids=[0, 1]) as low, sharded(shard_count=4, shard_ids=[2, 3]) as high:
+            assert {g.id for g in low.guilds} == {guilds[0].id, guilds[1].id}
+            assert {g.id for g in high.guilds} == {guilds[2].id, guilds[3].id}
+            for n in range(4):  # READY and GUILD_CREATE: each shard its own guild only
+                [ready] = fake.events_on_shard(n, "READY")
+                assert ready["shard"] == [n, 4] and [g["id"] for g in ready["guilds"]] == [str(guilds[n].id)]
+                assert [g["id"] for g in fake.events_on_shard(n, "GUILD_CREATE")] == [str(guilds[n].id)]
+            sent = [await fake.send_message(channel, alice, f"hello {n}") for n, channel in enumerate(channels)]
+            dm = fake.dm_channel(alice)
+            await fake.send_message(dm, alice, "psst")
+
+            async def delivered() -> bool:
+                return len(low.seen) == 3 and len(high.seen) == 2
+
+            await until(delivered)
+            assert sorted(m.content for m in low.seen) == ["hello 0", "hello 1", "psst"]
+            assert sorted(m.content for m in high.seen) == ["hello 2", "hello 3"]
+            assert [m["content"] for m in fake.events_on_shard(0, "MESSAGE_CREATE")] == ["hello 0", "psst"]
+            await fake.delete_message(channels[2], int(sent[2]["id"]))
+            await fake.delete_message(dm, int(fake.history(dm)[0]["id"]))
+            deletes = {n: [e["channel_id"] for e in fake.events_on_shard(n, "MESSAGE_DELETE")] for n in range(4)}
+            assert deletes == {0: [str(dm)], 1: [], 2: [str(channels[2])], 3: []}
+            await fake.interact(guild_id=None, channel_id=dm, user=alice, data={"id": "1", "name": "x", "type": 1})
+            await fake.interact(guild_id=guilds[3].id, channel_id=channels[3], user=alice,
+                                data={"id": "2", "name": "y", "type": 1})
+            interactions = {n: [e["data"]["name"] for e in fake.events_on_shard(n, "INTERACTION_CREATE")]
+                            for n in range(4)}
+            assert interactions == {0: ["x"], 1: [], 2: [], 3: ["y"]}
+
+
+async def test_an_invalid_shard_is_closed_with_4010(fake: FakeDiscord) -> None:
+    async with aiohttp.ClientSession() as session:
+        for shard in ([4, 4], [0, 0], [-1, 2], "0"):
+            async with session.ws_connect(str(fake.gateway_url) + "?v=10&encoding=json") as ws:
+                hello = await ws.receive_json(timeout=WAIT)
+                assert hello["op"] == 10
+                await ws.send_json({"op": 2, "d": {"token": "t", "intents": 513, "shard": shard, "properties": {}}})
+                closed = await ws.receive(timeout=WAIT)
+                assert closed.type is aiohttp.WSMsgType.CLOSE and closed.data == 4010, shard
+    assert not fake.live_shards()

@@ -180,6 +180,19 @@ async def test_pending_memories_are_completed_once(store: Store) -> None:
     assert np.array_equal(await store.load_vector(memory_id), vec(1, 0, 0, 0))
 
 
+async def test_pending_memories_of_some_streams_only(store: Store) -> None:
+    # A process of a sharded bot completes its own streams' pending work, however many streams it has.
+    ids = await store.insert([observation(f"later {n}", stream=f"guild:{n % 1200}", importance=None)
+                              for n in range(2400)])
+    mine = [f"guild:{n}" for n in range(1200) if n % 2 == 0]  # 600 streams: more than one query's worth
+    found = await store.pending_memories(10_000, streams=mine)
+    assert [m.id for m in found] == [i for n, i in enumerate(ids) if n % 2 == 0]
+    first = await store.pending_memories(5, streams=mine[::-1])  # oldest first, whatever the order given
+    assert [m.id for m in first] == [ids[0], ids[2], ids[4], ids[6], ids[8]]
+    assert await store.pending_memories(streams=[]) == []
+    assert len(await store.pending_memories(10_000)) == 2400
+
+
 async def test_a_failed_transaction_writes_nothing(store: Store) -> None:
     with pytest.raises(RuntimeError):
         async with store.transaction():

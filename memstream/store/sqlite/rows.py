@@ -240,14 +240,19 @@ class Rows(Counters):
         ) as cur:
             return [_memory(row) for row in await cur.fetchall()]
 
-    async def pending_memories(self, limit: int = 1000, *, due_at: float | None = None) -> list[Memory]:
+    async def pending_memories(self, limit: int = 1000, *, due_at: float | None = None,
+                               streams: Sequence[str] | None = None) -> list[Memory]:
         """Memories waiting for a rating or an embedding, oldest first; with `due_at`, only those whose
-        next attempt is due by then."""
-        async with self.conn.execute(
-            f"SELECT {_COLUMNS} FROM memories WHERE status = 'pending' AND (? IS NULL OR next_attempt_at IS NULL "
-            "OR next_attempt_at <= ?) ORDER BY id LIMIT ?", (due_at, due_at, limit)
-        ) as cur:
-            return [_memory(row) for row in await cur.fetchall()]
+        next attempt is due by then; with `streams`, only those of these streams (500 keys a query)."""
+        sql = (f"SELECT {_COLUMNS} FROM memories WHERE status = 'pending' AND (? IS NULL OR next_attempt_at IS NULL "
+               "OR next_attempt_at <= ?)")
+        found: list[Memory] = []
+        for chunk in [None] if streams is None else [streams[i:i + 500] for i in range(0, len(streams), 500)]:
+            where = "" if chunk is None else f" AND stream IN ({','.join('?' * len(chunk))})"
+            async with self.conn.execute(f"{sql}{where} ORDER BY id LIMIT ?",
+                                         (due_at, due_at, *(chunk or ()), limit)) as cur:
+                found += [_memory(row) for row in await cur.fetchall()]
+        return sorted(found, key=lambda m: m.id)[:limit]
 
     async def by_author(self, stream: str, author_id: str) -> list[int]:
         """Ids of the observations made from one author's messages in a stream."""
