@@ -28,6 +28,7 @@ from memstream.config import PROFILE_NAMES as PROFILES
 from memstream.errors import ConfigError, MemstreamError, ProviderError
 from memstream.exits import EXIT_BAD_INPUT, EXIT_PENDING, exit_status
 from memstream.history import parse_time, read_history
+from memstream.ranges import compact_ranges
 from memstream.records import DEFAULT_STREAM, EvidenceNode, Memory, ScoredMemory
 from memstream.shell import STEPS, spinner_wanted, why_lines
 from memstream.spinner import Spinner
@@ -543,16 +544,7 @@ async def cmd_salvage(args: argparse.Namespace) -> int:
 
 def _ranges(ids: Sequence[str]) -> str:
     """Ids as compact ranges: 3-7, 9."""
-    numbers = sorted(int(i) for i in ids)
-    parts: list[str] = []
-    start = prev = numbers[0]
-    for n in [*numbers[1:], None]:
-        if n is not None and n == prev + 1:
-            prev = n
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if n is not None:
-            start = prev = n
+    parts = compact_ranges(int(i) for i in ids)
     return ", ".join(parts[:20]) + (", ..." if len(parts) > 20 else "")
 
 
