@@ -22,7 +22,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     MEMSTREAM_PERSONA=/app/personas/isabella.toml \
     MEMSTREAM_STATUS_FILE=/tmp/memstream-status
 COPY --from=test /wheels /wheels
-RUN pip install /wheels/*.whl && rm -rf /wheels \
+# The postgres extra too: the same image runs on SQLite (the default) or on PostgreSQL (compose.yaml).
+RUN pip install "$(ls /wheels/memstream-*.whl)[postgres]" && rm -rf /wheels \
     && useradd --create-home --uid 10001 persona \
     && mkdir -p /data /app && chown persona:persona /data /app
 WORKDIR /app

@@ -121,8 +121,9 @@ def _server_counts(server: Any) -> dict[str, int]:
 
 
 async def run(n: int = 2000, latency: float = 0.05, concurrency: int | None = None, dim: int = 384,
-              in_process: bool = False) -> dict[str, Any]:
-    """Absorb a burst of n observations; throughput, calls per role at the server, and what was stored."""
+              in_process: bool = False, database: str | None = None) -> dict[str, Any]:
+    """Absorb a burst of n observations; throughput, calls per role at the server, and what was stored.
+    `database`: a PostgreSQL URL to store into (default: a new SQLite file)."""
     config = StreamConfig() if concurrency is None else StreamConfig(max_concurrency=concurrency)
     gauge = InFlight()
     async with _server(latency, dim, in_process) as (base_url, server):
@@ -131,7 +132,7 @@ async def run(n: int = 2000, latency: float = 0.05, concurrency: int | None = No
         embedder = CountedEmbedder(client, model="text-embedding-fake")
         embedder.gauge = gauge
         with tempfile.TemporaryDirectory() as tmp:
-            store = await Store.open(Path(tmp) / "ingest.db")
+            store = await Store.open(database or Path(tmp) / "ingest.db")
             memory = MemoryStream(store, embedder, rater=RoleModel(chat, "gpt-fake"),  # type: ignore[arg-type]
                                   reflector=RoleModel(chat, "gpt-fake"), agent=RoleModel(chat, "gpt-fake"),  # type: ignore[arg-type]
                                   name="Maria", summary="A painter.", config=config,

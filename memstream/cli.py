@@ -177,7 +177,7 @@ async def cmd_import(memory: MemoryStream, args: argparse.Namespace) -> int:
 
 async def _finish_pending(memory: MemoryStream, chunk: int = 1000) -> None:
     """Complete every pending memory (not only the first thousand), a chunk at a time, each tried once."""
-    ids = [m.id for m in await memory.store.pending_memories(limit=2**62)]
+    ids = [m.id for m in await memory.store.pending_memories(limit=2**62, claim=True)]
     for start in range(0, len(ids), chunk):
         await memory.complete(ids[start:start + chunk])
 
@@ -281,7 +281,7 @@ async def cmd_forget(memory: MemoryStream, args: argparse.Namespace) -> int:
         gone = await memory.forget(present, stream=stream) if present else []
     done = f"forgotten: {len(gone)} memory(ies), with the insights and replies built on them"
     if memory.scrubbed and gone:
-        done += "; no copy of their text is left in the database file"
+        done += "; no copy of their text is left in the database's files"
     lines = [done, *_scrub_lines(memory)]
     if missing:
         where = f" in stream {stream}" if stream is not None else ""
@@ -298,8 +298,9 @@ def _scrub_lines(memory: MemoryStream) -> list[str]:
     if memory.scrubbed:
         return []
     return [f"note: another process is reading {memory.store.path}, so older copies of the forgotten text stay "
-            "in its write-ahead log until it lets go; memstream removes them the next time it opens or closes "
-            "this persona (run any memstream command on it after that process stops, or stop the bot briefly)"]
+            "in its write-ahead log (or, on PostgreSQL, in its tables' dead rows) until it lets go; memstream "
+            "removes them the next time it opens or closes this persona (run any memstream command on it after "
+            "that process stops, or stop the bot briefly)"]
 
 
 async def cmd_stats(memory: MemoryStream, args: argparse.Namespace) -> int:
@@ -453,7 +454,8 @@ async def cmd_eval(args: argparse.Namespace, persona: PersonaConfig) -> int:
 
     lines = read_eval(Path(args.file))
     chat, embedder, client = connect_models(persona)
-    cache = ModelCache(args.cache or persona.database.parent / "eval-cache.sqlite")
+    beside = Path.cwd() if isinstance(persona.database, str) else persona.database.parent
+    cache = ModelCache(args.cache or beside / "eval-cache.sqlite")
     try:
         report = await evaluate(
             lines, config=persona.memory, embedder=CachedEmbedder(embedder, cache, persona.models.embedding),
@@ -517,6 +519,9 @@ async def cmd_export(memory: MemoryStream, args: argparse.Namespace) -> int:
 
 async def cmd_backup(args: argparse.Namespace, persona: PersonaConfig, backup: Callable[..., int]) -> int:
     """A consistent copy of the persona's database, safe while the bot runs."""
+    if isinstance(persona.database, str):
+        raise ConfigError("backup copies a SQLite file; back up a PostgreSQL database with pg_dump, or copy it to a "
+                          "file with: memstream copy")
     source = Path(persona.database)
     pages = await asyncio.to_thread(backup, source, args.dest, force=args.force,
                                     progress=lambda done, total: _progress(done, total, max(1, total // 10), "copied"))
@@ -540,6 +545,46 @@ async def cmd_salvage(args: argparse.Namespace) -> int:
         lines.append("every row could be read")
     _emit(args, {"copied": report.copied, "unreadable": report.unreadable, "dropped": report.dropped}, lines)
     return 0 if report.complete else EXIT_PENDING
+
+
+def _location(value: str) -> Path | str:
+    """A copy's SRC or DST: a persona file's database, a postgresql:// URL, or a SQLite file."""
+    from memstream.store.location import is_database_url
+
+    if is_database_url(value):
+        return value
+    if value.endswith(".toml"):
+        return load_persona(value).database
+    return Path(value)
+
+
+async def cmd_copy(args: argparse.Namespace) -> int:
+    """Copy a persona's memory between databases (SQLite <-> PostgreSQL), resumable, checked at the end."""
+    from memstream.store import Store
+    from memstream.transfer import copy_store, describe
+
+    src, dst = _location(args.src), _location(args.dest)
+    if isinstance(src, Path) and not src.exists():
+        raise ConfigError(f"{src}: no such database file")
+    if describe(src) == describe(dst):
+        raise ConfigError("SRC and DST are the same database")
+    shown: dict[str, int] = {}
+
+    def progress(table: str, done: int, total: int) -> None:
+        if table not in shown and sys.stderr.isatty():
+            print(f"{table}:", file=sys.stderr)
+        _progress(done, total, done - shown.get(table, 0), "copied")
+        shown[table] = done
+
+    async with await Store.open(src) as source, await Store.open(dst) as dest:
+        report = await copy_store(source, dest, source=describe(src), batch=args.batch, progress=progress)
+    lines = [f"copied {describe(src)} to {describe(dst)}: " + ", ".join(f"{n} {table}" for table, n
+                                                                       in report.total.items() if n),
+             f"checked: row counts, {report.streams} stream(s), the same top 10 for {report.queries} sample "
+             "queries"]
+    _emit(args, {"source": describe(src), "dest": describe(dst), "copied_now": report.copied, "rows": report.total,
+                 "streams": report.streams, "queries_compared": report.queries}, lines)
+    return 0
 
 
 def _ranges(ids: Sequence[str]) -> str:
@@ -623,12 +668,20 @@ def _user_id(text: str) -> str:
     return text.strip()
 
 
+def _database(value: str) -> Path | str:
+    """A --db value: a PostgreSQL URL as given, else a file path."""
+    from memstream.store.location import is_database_url
+
+    return value if is_database_url(value) else Path(value)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every command."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--persona", default=os.environ.get("MEMSTREAM_PERSONA", DEFAULT_PERSONA),
                         help="persona file (default: $MEMSTREAM_PERSONA or %(default)s)")
-    common.add_argument("--db", type=Path, help="use this database file instead of the persona's")
+    common.add_argument("--db", type=_database, help="use this database (a file, or a postgresql:// URL) instead of "
+                        "the persona's")
     common.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_argument("-v", "--verbose", action="store_true", help="log what happens")
     common.add_argument("--local", action="store_true",
@@ -645,7 +698,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"memstream {_version()}")
     # The common options are accepted before the command too (memstream --persona FILE stats).
     parser.add_argument("--persona", dest="top_persona", help=argparse.SUPPRESS)
-    parser.add_argument("--db", dest="top_db", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--db", dest="top_db", type=_database, help=argparse.SUPPRESS)
     parser.add_argument("--json", dest="top_json", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("-v", "--verbose", dest="top_verbose", action="store_true", help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -728,6 +781,17 @@ def build_parser() -> argparse.ArgumentParser:
                                    "what could not be read.")
     p.add_argument("src", type=Path)
     p.add_argument("dest", type=Path)
+    p = sub.add_parser("copy", parents=[common], help="copy a persona's memory to another database (SQLite <-> "
+                       "PostgreSQL)",
+                       description="Copy every memory, evidence pointer, reply trace, counter and meta value from SRC "
+                                   "to DST, same ids, a batch at a time (each batch one transaction): run it again "
+                                   "to resume a copy that stopped. SRC and DST are each a persona file (its "
+                                   "database), a SQLite file or a postgresql:// URL; DST must be new or empty. Stop "
+                                   "the bot first. The copy is checked at the end: row counts, per-stream counts, "
+                                   "and the same top k for sample queries.")
+    p.add_argument("src", metavar="SRC")
+    p.add_argument("dest", metavar="DST")
+    p.add_argument("--batch", type=_positive, default=2000, help="rows per transaction (default: %(default)s)")
     p = sub.add_parser("web", parents=[common], help="the memory dashboard in the browser (read-only)",
                        description="Serve a dashboard of the persona's memory: streams, timeline, search ranking "
                                    "with score parts, evidence graphs, stats. Read-only unless --allow-forget; on "
@@ -758,6 +822,8 @@ async def _run(args: argparse.Namespace) -> int:
         return await cmd_bot(args)
     if args.command == "salvage":
         return await cmd_salvage(args)
+    if args.command == "copy":
+        return await cmd_copy(args)
     if args.command == "init":
         return await init_persona.cmd_init(args)
     if args.command == "doctor":  # its checks import the model and HTTP clients: only when it runs

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from memstream.errors import ConfigError
+from memstream.store.location import is_database_url, redact
 
 __all__ = [
     "DiscordConfig",
@@ -152,7 +153,7 @@ class PersonaConfig:
     summary: str
     path: Path | None = None
     timezone: str = "UTC"
-    database: Path = Path("memstream.db")
+    database: Path | str = Path("memstream.db")  # a SQLite file, or a PostgreSQL URL (a str)
     models: ModelConfig = field(default_factory=ModelConfig)
     memory: StreamConfig = field(default_factory=StreamConfig)
     discord: DiscordConfig = field(default_factory=DiscordConfig)
@@ -162,8 +163,8 @@ class PersonaConfig:
         """The persona's time zone."""
         return ZoneInfo(self.timezone)
 
-    def with_database(self, database: Path) -> PersonaConfig:
-        """The same persona with another database file."""
+    def with_database(self, database: Path | str) -> PersonaConfig:
+        """The same persona with another database (a file, or a PostgreSQL URL)."""
         return replace(self, database=database)
 
 
@@ -367,11 +368,30 @@ def _discord(section: _Section) -> DiscordConfig:
     return cfg
 
 
+def _database(where: str, setting: str, file: Path, env: Mapping[str, str], problems: list[str]) -> Path | str:
+    """A PostgreSQL URL as given (checked), or the SQLite file's absolute path."""
+    if is_database_url(setting):
+        parts = urlsplit(setting)
+        if not parts.hostname and "host=" not in parts.query:
+            problems.append(f"{where}: [persona] database: the URL names no server host: {redact(setting)}")
+        return setting
+    if "://" in setting:
+        problems.append(f"{where}: [persona] database: {setting.split('://')[0]}:// is not a database memstream "
+                        "knows; use a file path or a postgresql:// URL")
+    db = Path(setting) if setting else Path(f"{file.stem}.db")
+    if not db.is_absolute():  # the same file from whichever folder the command runs in
+        data_dir = env.get("MEMSTREAM_DATA_DIR")
+        db = Path(os.path.normpath((Path(data_dir) if data_dir else file.parent).absolute() / db))
+    return db
+
+
 def load_persona(path: str | Path, environ: Mapping[str, str] | None = None) -> PersonaConfig:
     """Read and validate a persona file.
 
     A relative database path is taken inside $MEMSTREAM_DATA_DIR when it is set, else beside the persona
-    file: the same database from whichever folder the command runs in.
+    file: the same database from whichever folder the command runs in. A `postgresql://` URL (in the file,
+    or in $MEMSTREAM_DATABASE_URL, which wins: a password belongs in the environment) is a PostgreSQL
+    database, kept as given.
     """
     env = os.environ if environ is None else environ
     file = Path(path)
@@ -389,15 +409,12 @@ def load_persona(path: str | Path, environ: Mapping[str, str] | None = None) -> 
     name = persona.take("name", _text, "", "must be a non-empty string")
     summary = persona.take("summary", _text, "", "must be a non-empty string")
     timezone = persona.take("timezone", _zone, "UTC", "must be an IANA time zone such as Europe/Berlin")
-    database = persona.take("database", _text, "", "must be a file path")
+    database = persona.take("database", _text, "", "must be a file path or a postgresql:// URL")
     persona.done(["name", "summary", "timezone", "database"])
     for key, value in (("name", name), ("summary", summary)):
         if not value and not any(f"[persona] {key}:" in p for p in problems):
             problems.append(str(persona.error(key, "is required")))
-    db = Path(database) if database else Path(f"{file.stem}.db")
-    if not db.is_absolute():  # the same file from whichever folder the command runs in
-        data_dir = env.get("MEMSTREAM_DATA_DIR")
-        db = Path(os.path.normpath((Path(data_dir) if data_dir else file.parent).absolute() / db))
+    db = _database(where, env.get("MEMSTREAM_DATABASE_URL") or database, file, env, problems)
     models, memory, discord = ModelConfig(), StreamConfig(), DiscordConfig()
     try:
         models = _models(_read_table(where, raw, "models", problems))

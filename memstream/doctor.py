@@ -14,7 +14,7 @@ from memstream.checks import Check, check_lines, checks_json
 from memstream.config import PersonaConfig, load_persona
 from memstream.doctor_discord import check_discord
 from memstream.doctor_models import ModelProbe
-from memstream.doctor_store import check_database, check_dimensions, check_sqlite
+from memstream.doctor_store import check_database, check_database_url, check_dimensions, check_sqlite
 from memstream.errors import ConfigError
 from memstream.exits import EXIT_FAILED
 from memstream.terminal import visible, visible_json
@@ -24,8 +24,9 @@ __all__ = ["cmd_doctor", "run_doctor"]
 Report = Callable[[Check], None]
 
 
-async def run_doctor(persona_path: str | Path, *, db: Path | None = None, environ: Mapping[str, str] | None = None,
-                     discord_api: str | None = None, report: Report | None = None) -> list[Check]:
+async def run_doctor(persona_path: str | Path, *, db: Path | str | None = None,
+                     environ: Mapping[str, str] | None = None, discord_api: str | None = None,
+                     report: Report | None = None) -> list[Check]:
     """Every check, in order, each handed to `report` as soon as it is known; the checks that need the
     persona are left out when its file does not load."""
     env = os.environ if environ is None else environ
@@ -41,7 +42,8 @@ async def run_doctor(persona_path: str | Path, *, db: Path | None = None, enviro
     add(check_sqlite())
     if persona is None:
         return found
-    db_checks, state = check_database(persona.database)
+    db_checks, state = (check_database_url(persona.database) if isinstance(persona.database, str)
+                        else check_database(persona.database))
     add(*db_checks)
     probe = ModelProbe(persona, env)
     try:
@@ -58,7 +60,8 @@ async def run_doctor(persona_path: str | Path, *, db: Path | None = None, enviro
     return found
 
 
-def _persona(path: Path, db: Path | None, env: Mapping[str, str], add: Callable[..., None]) -> PersonaConfig | None:
+def _persona(path: Path, db: Path | str | None, env: Mapping[str, str],
+             add: Callable[..., None]) -> PersonaConfig | None:
     try:
         persona = load_persona(path, env)
     except ConfigError as exc:

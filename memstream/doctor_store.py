@@ -18,9 +18,10 @@ import sqlite_vec
 
 from memstream.checks import Check
 from memstream.errors import StoreError
-from memstream.store import all_migrations, sqlite_module
+from memstream.store import all_migrations, redact, sqlite_module
+from memstream.store.migrations import migration_dir
 
-__all__ = ["DatabaseState", "check_database", "check_dimensions", "check_sqlite"]
+__all__ = ["DatabaseState", "check_database", "check_database_url", "check_dimensions", "check_sqlite"]
 
 _RESTORE = "restore a backup (memstream backup makes one), or copy out what can be read: memstream salvage SRC DEST"
 _INSTALL = ("pip install pysqlite3 (Linux: a SQLite that can load extensions), or use a Python whose sqlite3 "
@@ -128,6 +129,39 @@ def _inspect(conn: Any, path: Path) -> tuple[list[Check], DatabaseState]:
         row = conn.execute("SELECT value FROM meta WHERE key = 'embedding_dimensions'").fetchone()
         dimensions = int(row[0]) if row and str(row[0]).isdigit() else None
     return [schema, integrity], DatabaseState(exists=True, dimensions=dimensions)
+
+
+def check_database_url(url: str) -> tuple[list[Check], DatabaseState]:
+    """A PostgreSQL database (read only): reachable, its schema version, the embedding dimension it stores."""
+    where = redact(url)
+    try:
+        import psycopg
+    except ImportError:
+        return [Check.fail("database", f"{where}: PostgreSQL needs the postgres extra",
+                           "pip install 'memstream[postgres]'")], DatabaseState(exists=False)
+    known = max((m.version for m in all_migrations(migration_dir("postgres"))), default=0)
+    try:
+        with psycopg.connect(url, connect_timeout=10, autocommit=True) as conn:
+            tables = {row[0] for row in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = "
+                                                     "current_schema()")}
+            if "schema_migrations" not in tables:
+                return [Check.ok("database", f"{where}: reachable, empty: memstream's schema is created at the "
+                                             "first run")], DatabaseState(exists=False)
+            version = max((row[0] for row in conn.execute("SELECT version FROM schema_migrations")), default=0)
+            row = conn.execute("SELECT value FROM meta WHERE key = 'embedding_dimensions'").fetchone()
+    except psycopg.Error as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return [Check.fail("database", f"{where} cannot be reached ({first})",
+                           "start the server, or correct the URL ($MEMSTREAM_DATABASE_URL or [persona] "
+                           "database)")], DatabaseState(exists=False)
+    if version > known:
+        schema = Check.fail("schema", f"{where} was made by a newer memstream (schema {version:04d}; this version "
+                                      f"knows up to {known:04d})", "upgrade memstream (pip install -U memstream)")
+    else:
+        left = f"; {known - version} migration(s) are applied at the next start" if version < known else ", current"
+        schema = Check.ok("schema", f"{where}: PostgreSQL schema {version:04d}{left}")
+    dimensions = int(row[0]) if row and str(row[0]).isdigit() else None
+    return [schema], DatabaseState(exists=True, dimensions=dimensions)
 
 
 def check_dimensions(state: DatabaseState, returned: int | None, configured: int | None, model: str) -> Check:

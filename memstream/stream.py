@@ -255,7 +255,8 @@ class MemoryStream:
         these streams (a process of a sharded bot completes its own).
         """
         due = to_timestamp(self.clock.now()) if due_only else None
-        pending = await self.store.pending_memories(limit, due_at=due, streams=streams)
+        # Claimed: none another process is completing.
+        pending = await self.store.pending_memories(limit, due_at=due, streams=streams, claim=True)
         await self._complete([m.id for m in pending])
         done = await self.store.get_many([m.id for m in pending])
         finished = [m for m in done.values() if m.status == "ready"]
@@ -385,10 +386,12 @@ class MemoryStream:
 
     async def reflect(self, stream: str = DEFAULT_STREAM, *, at: datetime | None = None,
                       only_if_due: bool = False) -> Reflection | None:
-        """Reflect on a stream now (one at a time per stream); None if `only_if_due` and it is not."""
+        """Reflect on a stream now (one at a time per stream, across every process sharing the store); None if
+        `only_if_due` and it is not, or if another process is reflecting on it right now."""
         lock = self._reflecting.setdefault(stream, asyncio.Lock())
-        async with lock:
-            if only_if_due and not await self.reflection_due(stream):
+        async with lock, self.store.reflection_claim(stream) as claimed:
+            # Checked once the claim is held: a reflection another process just saved has reset the total.
+            if not claimed or (only_if_due and not await self.reflection_due(stream)):
                 return None
             with deferred_touches() as touched:  # committed with the insights, or not at all
                 try:

@@ -397,9 +397,9 @@ class VectorIndex:
     async def get(self, stream: str) -> StreamVectors:
         """The matrix of a stream, loading it from the store the first time, and again after another
         process wrote to the file (memories added, forgotten or edited elsewhere are seen at once)."""
-        if await self.store.changed_elsewhere():  # (tracked from the first query on, before any load)
-            for loaded in list(self._streams):
-                self.drop(loaded)
+        held = [*self._streams, *self._loading]
+        for changed in await self.store.changed_elsewhere(held):  # (tracked from the first query on)
+            self.drop(changed)
         found = self._streams.get(stream)
         if found is not None:
             return found

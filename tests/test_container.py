@@ -77,3 +77,20 @@ def test_health_follows_the_gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert health.main() == 1
     monkeypatch.delenv(health.STATUS_ENV)
     assert health.main() == 1
+
+
+def test_compose_runs_two_shards_of_one_persona_on_postgresql() -> None:
+    import yaml
+
+    compose = yaml.safe_load((ROOT / "compose.yaml").read_text(encoding="utf-8"))
+    services = compose["services"]
+    assert services["db"]["image"].startswith("pgvector/pgvector:")
+    bots = {name: service for name, service in services.items() if name.startswith("bot")}
+    commands = sorted(" ".join(service["command"]) for service in bots.values())
+    assert commands == ["memstream bot --shard-count 2 --shards 0", "memstream bot --shard-count 2 --shards 1"]
+    for service in bots.values():
+        url = service["environment"]["MEMSTREAM_DATABASE_URL"]
+        assert url.startswith("postgresql://") and "@db:5432/" in url and "${POSTGRES_PASSWORD" in url
+        assert service["depends_on"]["db"]["condition"] == "service_healthy"
+    runtime = list(_stages().values())[-1]
+    assert any("[postgres]" in rest for word, rest in runtime if word == "RUN")  # the image can use it

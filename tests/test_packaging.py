@@ -22,12 +22,16 @@ def test_the_wheel_ships_prompts_and_migrations_and_finds_them(tmp_path: Path) -
         assert f"memstream/prompt_templates/{prompt.name}" in names
     for migration in ROOT.glob("migrations/*.sql"):
         assert f"memstream/migrations/{migration.name}" in names
+    for migration in ROOT.glob("migrations/postgres/*.sql"):
+        assert f"memstream/migrations/postgres/{migration.name}" in names
     assert {"bot/__main__.py", "memstream/py.typed", "memstream/_load.py"} <= names  # workers run _load.py by path
     for static in ROOT.glob("memstream/web/static/*"):  # the dashboard's script, stylesheet and icon
         assert f"memstream/web/static/{static.name}" in names
     script = (
         "import asyncio, memstream.prompts as p, memstream.store as s\n"
         "print(p.__file__)\n"
+        "from memstream.store.migrations import migration_dir\n"
+        "assert (migration_dir('postgres') / '0001_initial.sql').is_file(), migration_dir('postgres')\n"
         "assert all(p.load_prompt(n).template for n in p.PROMPT_NAMES)\n"
         "async def main():\n"
         "    store = await s.Store.open('x.db')\n"

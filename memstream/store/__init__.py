@@ -4,7 +4,8 @@
 Nothing above this package knows which one it runs on.
 """
 
-from memstream.store.base import Store, is_database_url
+from memstream.store.base import Store
+from memstream.store.location import is_database_url, redact
 from memstream.store.migrations import Migration, all_migrations
 from memstream.store.policy import RETRY_BASE_SECONDS, RETRY_CAP_SECONDS, deferred_touches, retry_delay
 from memstream.store.records import NewMemory, StreamArrays, UsageRow
@@ -13,5 +14,5 @@ from memstream.store.sqlite.rows import to_blob
 from memstream.store.sqlite.scrub import residue_needles
 
 __all__ = ["RETRY_BASE_SECONDS", "RETRY_CAP_SECONDS", "Migration", "NewMemory", "SQLiteStore", "Store",
-           "StreamArrays", "UsageRow", "all_migrations", "deferred_touches", "is_database_url", "residue_needles",
-           "retry_delay", "sqlite_module", "to_blob"]
+           "StreamArrays", "UsageRow", "all_migrations", "deferred_touches", "is_database_url", "redact",
+           "residue_needles", "retry_delay", "sqlite_module", "to_blob"]

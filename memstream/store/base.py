@@ -16,19 +16,14 @@ from typing import Any, Protocol, Self
 import numpy as np
 import numpy.typing as npt
 
+from memstream.errors import StoreError
 from memstream.records import EvidenceNode, Memory
+from memstream.store.location import is_database_url
 from memstream.store.records import NewMemory, StreamArrays, UsageRow
 from memstream.store.sqlite import SQLiteStore
+from memstream.store.tables import Table
 
-__all__ = ["Store", "is_database_url"]
-
-_URL_SCHEMES = ("postgresql://", "postgres://")
-
-
-def is_database_url(location: str | Path) -> bool:
-    """Whether a database setting names a PostgreSQL server (a URL), not a SQLite file (a path)."""
-    return isinstance(location, str) and location.startswith(_URL_SCHEMES)
-
+__all__ = ["Store"]
 
 class Store(Protocol):
     """One persona's memory: every stream's memories, evidence, traces, counters and meta.
@@ -48,6 +43,13 @@ class Store(Protocol):
         A `postgresql://` URL opens PostgreSQL (memstream[postgres]); anything else is a SQLite file.
         `migrations`: another folder of migrations (tests); `load_processes`: see SQLiteStore.open.
         """
+        if is_database_url(location):
+            try:
+                from memstream.store.postgres import PostgresStore  # optional: memstream[postgres]
+            except ImportError as exc:
+                raise StoreError(f"a PostgreSQL database needs memstream's postgres extra: pip install "
+                                 f"'memstream[postgres]' ({exc})") from exc
+            return await PostgresStore.open(location, migrations=migrations, load_processes=load_processes)
         return await SQLiteStore.open(location, migrations=migrations, load_processes=load_processes)
 
     async def close(self) -> None:
@@ -121,9 +123,12 @@ class Store(Protocol):
         ...
 
     async def pending_memories(self, limit: int = 1000, *, due_at: float | None = None,
-                               streams: Sequence[str] | None = None) -> list[Memory]:
+                               streams: Sequence[str] | None = None, claim: bool = False) -> list[Memory]:
         """Pending memories, oldest (smallest id) first; with `due_at`, only those whose retry is due; with
-        `streams`, only those of these streams (any number of them)."""
+        `streams`, only those of these streams (any number of them). With `claim`, the memories returned
+        are this process's to complete for a while: another process's call (with `claim`) skips them, so
+        two processes never work on one pending memory (SQLite: one process writes a file at a time, and
+        completing twice is refused anyway; claim changes nothing there)."""
         ...
 
     async def find_message(self, stream: str, message_id: str) -> int | None:
@@ -166,9 +171,17 @@ class Store(Protocol):
         """One memory's embedding; MemoryNotFound if it has none."""
         ...
 
-    async def changed_elsewhere(self) -> bool:
-        """Whether another connection (another process) has written since the last call: the in-memory
-        matrices reload what they hold when it says so. The first call only sets the mark (False)."""
+    async def changed_elsewhere(self, streams: Iterable[str] = ()) -> set[str]:
+        """Of these streams (whose matrices the caller holds), those another connection (another process)
+        may have written to since the last call or their load: the caller reloads them. SQLite cannot tell
+        streams apart (every stream, after any other connection's commit); the first call only sets the
+        mark. PostgreSQL compares per-stream change versions."""
+        ...
+
+    def reflection_claim(self, stream: str) -> contextlib.AbstractAsyncContextManager[bool]:
+        """Whether this process may reflect on `stream` now: while the block runs, no other process sharing
+        the store does (yields False at once while another one holds it). SQLite: always True (a file has
+        one persona process)."""
         ...
 
     # -- reflections and evidence
@@ -289,4 +302,37 @@ class Store(Protocol):
 
     async def set_meta(self, key: str, value: str) -> None:
         """Set a value of the meta table."""
+        ...
+
+    # -- whole rows, for copying a persona between backends (memstream copy)
+
+    async def table_rows(self, table: Table, after: Sequence[Any] | None, limit: int) -> list[tuple[Any, ...]]:
+        """Up to `limit` rows of `table` (its columns as in tables.TABLES) whose key is after `after` (all,
+        if None), in key order, text compared bytewise; embeddings as float32 arrays."""
+        ...
+
+    async def put_rows(self, table: Table, rows: Sequence[Sequence[Any]]) -> None:
+        """Write rows as they are (same ids) in one transaction; a row whose key is already there is left
+        alone, so writing a batch twice stores it once."""
+        ...
+
+    async def last_key(self, table: Table) -> tuple[Any, ...] | None:
+        """The largest key in `table`, in table_rows' order (None if empty)."""
+        ...
+
+    async def count_rows(self, table: Table) -> int:
+        """Rows in `table`."""
+        ...
+
+    async def id_floor(self, table: Table) -> int:
+        """The largest id `table` ever gave, deleted ones included (0 for a table without ids)."""
+        ...
+
+    async def raise_id_floor(self, table: Table, floor: int) -> None:
+        """New ids of `table` start above `floor` (never lowered)."""
+        ...
+
+    async def optimize(self) -> None:
+        """After a bulk write (a copy): let the database plan and read well from the start (PostgreSQL:
+        VACUUM ANALYZE, which sets the visibility map and the planner's statistics; SQLite: PRAGMA optimize)."""
         ...

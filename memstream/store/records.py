@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from memstream import _load
 from memstream.records import Source
 
-__all__ = ["NewMemory", "StreamArrays", "UsageRow"]
+__all__ = ["NewMemory", "StreamArrays", "UsageRow", "part_arrays", "sink_arrays"]
 
 # (stream, role, calls, failures, prompt tokens, completion tokens, retries)
 UsageRow = tuple[str, str, int, int, int, int, int]
@@ -51,3 +54,22 @@ class StreamArrays:
         if isinstance(self.embeddings, list):
             return np.concatenate(self.embeddings) if self.embeddings else np.empty((0, 0), np.float32)
         return self.embeddings
+
+
+def sink_arrays(sink: _load.Sink) -> StreamArrays:
+    """The filled rows of a sink as StreamArrays (views)."""
+    n = sink.n
+    return StreamArrays(sink.ids[:n], sink.embeddings[:n], sink.importance[:n], sink.last[:n], sink.created[:n],
+                        sink.inverse_norms[:n])
+
+
+def part_arrays(parts: Sequence[_load.Part], dim: int) -> StreamArrays:
+    """Parts read by several readers as StreamArrays: the embeddings stay in their blocks."""
+    def column(name: str) -> npt.NDArray[Any]:
+        return np.concatenate([part.columns[name] for part in parts])
+
+    blocks = [part.embeddings for part in parts if len(part.embeddings)]
+    embeddings: npt.NDArray[np.float32] | list[npt.NDArray[np.float32]] = (
+        blocks if len(blocks) > 1 else blocks[0] if blocks else np.empty((0, dim), np.float32))
+    return StreamArrays(column("ids"), embeddings, column("importance"),
+                        column("last"), column("created"), column("inverse_norms"))

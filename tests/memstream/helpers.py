@@ -9,9 +9,13 @@ import sys
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
+from typing import Any
+
+import psycopg
 
 from memstream.records import ScoredMemory
 from memstream.retrieve import RetrieverLike
+from memstream.store import SQLiteStore, Store
 
 # Text unique to each of the four prompts (checked in test_prompts.py).
 RATER = "Reply with a single integer."
@@ -20,6 +24,16 @@ INSIGHTS = "high-level insights can you infer"
 AGENT = "What do you do or say next?"
 
 _MEMORY = re.compile(r"<memory>(.*)</memory>", re.DOTALL)
+
+
+async def run_sql(store: Store, statement: str, *args: Any) -> list[tuple[Any, ...]]:
+    """Rows of one SQL statement run beside the store (either backend; `?` placeholders), committed."""
+    if isinstance(store, SQLiteStore):
+        async with store.conn.execute(statement, args) as cur:
+            return list(await cur.fetchall())
+    async with await psycopg.AsyncConnection.connect(store.url, autocommit=True) as conn:  # type: ignore[attr-defined]
+        cur = await conn.execute(statement.replace("?", "%s"), args)
+        return list(await cur.fetchall()) if cur.description is not None else []
 
 
 def memory_text(prompt: str) -> str:

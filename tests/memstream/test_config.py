@@ -102,6 +102,27 @@ def test_database_paths(tmp_path: Path) -> None:
     assert chosen.database == absolute
 
 
+def test_a_postgresql_url_is_a_database_not_a_path_and_the_environment_wins(tmp_path: Path) -> None:
+    url = "postgresql://memstream@db.internal:5432/isabella"
+    chosen = load_persona(write(tmp_path, MINIMAL + f'database = "{url}"\n'), environ={"MEMSTREAM_DATA_DIR": "/data"})
+    assert chosen.database == url
+    secret = "postgresql://memstream:s3cret@db.internal/isabella"
+    from_env = load_persona(write(tmp_path, MINIMAL), environ={"MEMSTREAM_DATABASE_URL": secret})
+    assert from_env.database == secret
+    assert load_persona(write(tmp_path, MINIMAL + 'database = "postgres:///x?host=/run/pg"\n'),
+                        environ={}).database == "postgres:///x?host=/run/pg"
+
+
+@pytest.mark.parametrize(("setting", "message"), [
+    ("postgresql://memstream:s3cret@/isabella", "names no server host"),
+    ("mysql://db/isabella", "mysql:// is not a database memstream knows"),
+])
+def test_a_bad_database_url_is_one_clear_line_without_its_password(tmp_path: Path, setting: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        load_persona(write(tmp_path, MINIMAL + f'database = "{setting}"\n'), environ={})
+    assert "s3cret" not in str(info.value) and "\n" not in str(info.value)
+
+
 @pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "personas").glob("*.toml")))
 def test_the_example_personas_load(name: str) -> None:
     persona = load_persona(REPO / "personas" / name, environ={})

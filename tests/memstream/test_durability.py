@@ -13,7 +13,7 @@ from memstream import CompletionError, EmbeddingError, MemoryStream, Observation
 from memstream.store import RETRY_BASE_SECONDS, RETRY_CAP_SECONDS, retry_delay
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
 from tests.conftest import MakeMemory
-from tests.memstream.helpers import INSIGHTS, QUESTIONS, RATER
+from tests.memstream.helpers import INSIGHTS, QUESTIONS, RATER, run_sql
 
 STREAM = "guild:1"
 
@@ -24,8 +24,8 @@ def burst(count: int, start: int = 0) -> list[Observation]:
 
 
 async def ids_by_message(memory: MemoryStream) -> dict[str, int]:
-    async with memory.store.conn.execute("SELECT message_id, COUNT(*) FROM memories GROUP BY message_id") as cur:
-        return {row[0]: row[1] for row in await cur.fetchall()}
+    return {row[0]: row[1] for row in await run_sql(memory.store, "SELECT message_id, COUNT(*) FROM memories "
+                                                                  "GROUP BY message_id")}
 
 
 def test_the_backoff_doubles_up_to_its_cap() -> None:
@@ -115,10 +115,8 @@ async def _due(memory: MemoryStream, clock: FakeClock) -> None:
 
 
 async def _snapshot(memory: MemoryStream) -> list[tuple[object, ...]]:
-    async with memory.store.conn.execute("SELECT * FROM memories ORDER BY id") as cursor:
-        memories = [tuple(row) for row in await cursor.fetchall()]
-    async with memory.store.conn.execute("SELECT * FROM stream_state") as cursor:
-        return memories + [tuple(row) for row in await cursor.fetchall()]
+    return (await run_sql(memory.store, "SELECT * FROM memories ORDER BY id")
+            + await run_sql(memory.store, "SELECT * FROM stream_state ORDER BY stream"))
 
 
 @pytest.mark.parametrize("fails", ["insights", "embedding"])

@@ -16,7 +16,7 @@ from memstream import MemoryNotFound, MemoryStream, Observation, RoleModel, Sour
 from memstream.store import all_migrations
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
 from tests.fakes.openai_server import FakeOpenAIServer
-from tests.memstream.helpers import AGENT, OtherProcess
+from tests.memstream.helpers import AGENT, OtherProcess, run_sql
 from tests.memstream.test_privacy import leftovers
 
 
@@ -39,8 +39,8 @@ def _memory(store: Store) -> MemoryStream:
                         config=StreamConfig(reflection_threshold=10_000))
 
 
-async def test_a_forgotten_id_is_never_given_again_in_any_stream(tmp_path: Path) -> None:
-    db = tmp_path / "p.db"
+async def test_a_forgotten_id_is_never_given_again_in_any_stream(database: Path | str) -> None:
+    db = database
     async with await Store.open(db) as store:
         memory = _memory(store)
         first = await memory.observe("a server memory", stream="guild:1")
@@ -55,8 +55,8 @@ async def test_a_forgotten_id_is_never_given_again_in_any_stream(tmp_path: Path)
         assert await store.get_many([first.id, second.id]) == {}
 
 
-async def test_forgetting_a_memory_a_reply_used_forgets_the_reply_and_its_trace(tmp_path: Path) -> None:
-    async with await Store.open(tmp_path / "p.db") as store:
+async def test_forgetting_a_memory_a_reply_used_forgets_the_reply_and_its_trace(database: Path | str) -> None:
+    async with await Store.open(database) as store:
         memory = _memory(store)
         top = await memory.observe("the cake is lemon", stream="guild:1")
         other = await memory.observe("the tea is green", stream="guild:1")
@@ -151,9 +151,9 @@ async def test_the_forget_command_tells_the_truth_beside_a_reader(tmp_path: Path
 
 
 @pytest.mark.parametrize("round_", range(5))
-async def test_two_writers_of_the_same_messages_each_finish_and_store_each_once(tmp_path: Path,
+async def test_two_writers_of_the_same_messages_each_finish_and_store_each_once(database: Path | str,
                                                                                   round_: int) -> None:
-    db = tmp_path / "p.db"
+    db = database
     async with await Store.open(db):
         pass
     lines = [Observation(f"line {i}", "guild:1", source=Source(message_id=f"import:{i}")) for i in range(300)]
@@ -165,8 +165,7 @@ async def test_two_writers_of_the_same_messages_each_finish_and_store_each_once(
             await store.close()
     assert [m.id for m in results[0]] == [m.id for m in results[1]]
     async with await Store.open(db) as store:
-        async with store.conn.execute("SELECT COUNT(*), COUNT(DISTINCT message_id) FROM memories") as cur:
-            assert tuple(await cur.fetchone()) == (300, 300)
+        assert await run_sql(store, "SELECT COUNT(*), COUNT(DISTINCT message_id) FROM memories") == [(300, 300)]
         assert (await store.state("guild:1"))["importance_since_reflection"] == 300 * 5  # each counted once
 
 
@@ -204,8 +203,8 @@ def _env() -> dict[str, str]:
     return env
 
 
-async def test_a_running_process_sees_what_another_process_wrote_forgot_and_edited(tmp_path: Path) -> None:
-    db = tmp_path / "p.db"
+async def test_a_running_process_sees_what_another_process_wrote_forgot_and_edited(database: Path | str) -> None:
+    db = database
     async with await Store.open(db) as here_store, await Store.open(db) as there_store:
         here, there = _memory(here_store), _memory(there_store)
         await here.observe_many([Observation(f"small talk {i}", "guild:1", importance=1) for i in range(20)])

@@ -25,7 +25,7 @@ from memstream import (
 from memstream.store import NewMemory
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
 from tests.fakes.openai_server import FakeOpenAIServer
-from tests.memstream.helpers import AGENT, INSIGHTS, QUESTIONS
+from tests.memstream.helpers import AGENT, INSIGHTS, QUESTIONS, run_sql
 
 STREAM = "guild:1"
 SECRET = "ZQXV-my-phone-is-555-0199-ZQXV"
@@ -45,18 +45,20 @@ def leftovers(db: Path, *needles: str) -> list[str]:
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "persona.db"
+def db(database: Path | str) -> Path:
+    """The SQLite file of a test about its bytes (marked sqlite_only; PostgreSQL's: test_postgres.py)."""
+    assert isinstance(database, Path)
+    return database
 
 
 @pytest.fixture
-async def memory(db: Path, clock: FakeClock) -> AsyncIterator[MemoryStream]:
+async def memory(database: Path | str, clock: FakeClock) -> AsyncIterator[MemoryStream]:
     chat = ScriptedChat()
     chat.on("<memory>", "6")
     chat.on(QUESTIONS, "What does Klaus share?\nWho is Maria?\nWhat is planned?")
     chat.on(INSIGHTS, f"Klaus shares private details like {SECRET} (because of 1, 2, 3, 4, 5)")
     chat.on(AGENT, f"Noted, Klaus: {SECRET}.")
-    store = await Store.open(db)
+    store = await Store.open(database)
     stream = MemoryStream(store, FakeEmbedder(), rater=RoleModel(chat, "r"), reflector=RoleModel(chat, "r"),
                           agent=RoleModel(chat, "a"), name="Isabella", summary="Runs a cafe.", clock=clock,
                           config=StreamConfig(reflection_threshold=10_000))
@@ -81,11 +83,13 @@ async def _klaus_talks(memory: MemoryStream) -> None:
     assert result is not None and result.insights
 
 
+@pytest.mark.sqlite_only
 async def test_secure_delete_is_on(memory: MemoryStream) -> None:
     async with memory.store.conn.execute("PRAGMA secure_delete") as cursor:
         assert (await cursor.fetchone())[0] == 1
 
 
+@pytest.mark.sqlite_only
 async def test_forget_author_leaves_no_byte_of_their_text_and_drops_what_was_built_on_it(
         memory: MemoryStream, db: Path) -> None:
     await _klaus_talks(memory)
@@ -95,11 +99,11 @@ async def test_forget_author_leaves_no_byte_of_their_text_and_drops_what_was_bui
     assert set(own) < set(gone)  # plus the insight and the reply that echoed the secret
     texts = [m.text for m in await memory.recent(STREAM, 50)]
     assert texts == ["Maria: the party is on Friday", "Maria: I like tea"]
-    async with memory.store.conn.execute("SELECT COUNT(*) FROM reply_traces") as cursor:
-        assert (await cursor.fetchone())[0] == 0
+    assert await run_sql(memory.store, "SELECT COUNT(*) FROM reply_traces") == [(0,)]
     assert leftovers(db, SECRET, LONG_SECRET) == []
 
 
+@pytest.mark.sqlite_only
 async def test_a_deleted_message_takes_its_trace_reply_and_insights_even_if_never_stored(
         memory: MemoryStream, db: Path) -> None:
     await _klaus_talks(memory)
@@ -112,6 +116,7 @@ async def test_a_deleted_message_takes_its_trace_reply_and_insights_even_if_neve
     assert leftovers(db, SECRET, LONG_SECRET) == []
 
 
+@pytest.mark.sqlite_only
 async def test_an_edit_leaves_no_copy_of_the_text_before_it(memory: MemoryStream, db: Path) -> None:
     await memory.observe_many([Observation(f"Klaus: oops {SECRET}", STREAM, source=Source(message_id="m1"))])
     assert leftovers(db, SECRET)
@@ -120,6 +125,7 @@ async def test_an_edit_leaves_no_copy_of_the_text_before_it(memory: MemoryStream
     assert leftovers(db, SECRET) == []
 
 
+@pytest.mark.sqlite_only
 async def test_purging_a_server_leaves_no_byte_of_it(memory: MemoryStream, db: Path) -> None:
     await _klaus_talks(memory)
     await memory.observe_many([Observation("Other server news", "guild:2")])
@@ -141,6 +147,7 @@ async def test_forgetting_one_observation_keeps_unrelated_replies(memory: Memory
     assert await memory.explain_reply(trace_id=reply.trace_id) is not None
 
 
+@pytest.mark.sqlite_only
 async def test_deleting_a_message_deletes_the_replies_built_from_it_and_what_cites_them(
         memory: MemoryStream, db: Path) -> None:
     """bob's message is deleted: the persona's reply that used it (to answer ann) goes, with its trace, the
@@ -205,6 +212,7 @@ async def test_the_operator_honours_a_deletion_request_from_the_command_line(tmp
         assert await store.recent("guild:2", 10) == [] and await store.recent("dm:8", 10) == []
 
 
+@pytest.mark.sqlite_only
 async def test_an_edit_forgets_what_was_drawn_from_the_old_text(memory: MemoryStream, db: Path) -> None:
     await _klaus_talks(memory)
     klaus = await memory.store.find_message(STREAM, "m1")
@@ -218,6 +226,7 @@ async def test_an_edit_forgets_what_was_drawn_from_the_old_text(memory: MemorySt
     assert leftovers(db, SECRET, LONG_SECRET) == []
 
 
+@pytest.mark.sqlite_only
 async def test_forgetting_an_author_after_a_big_import_leaves_no_stale_copy_in_live_pages(
         memory: MemoryStream, db: Path) -> None:
     # 600 messages of three authors, completed in bursts: page splits leave old copies of rows inside pages

@@ -14,6 +14,7 @@ from memstream.clock import to_timestamp
 from memstream.errors import MemoryNotFound, MigrationError, StoreError
 from memstream.records import Source
 from memstream.store import NewMemory, Store, all_migrations, sqlite_module
+from tests.memstream.helpers import run_sql
 
 MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
 SHIPPED = [(m.version, m.name) for m in all_migrations(MIGRATIONS)]
@@ -223,9 +224,9 @@ async def test_one_message_is_one_memory_per_stream(store: Store) -> None:
     assert await store.find_message("guild:2", "m1") is None
     [other] = await store.insert([observation("hello", stream="guild:2", message_id="m1")])
     assert sorted(await store.by_message(["m1", "m9"])) == [first, other]
-    with pytest.raises(StoreError, match="UNIQUE constraint") as info:
+    with pytest.raises(StoreError, match=r"(?i)unique constraint"):
         await store.insert([observation("hello again", message_id="m1")])
-    assert isinstance(info.value.__cause__, sqlite_module().IntegrityError)
+    assert sorted(await store.by_message(["m1"])) == [first, other]
 
 
 async def test_get_checks_the_stream(store: Store) -> None:
@@ -254,8 +255,7 @@ async def test_deleting_a_memory_deletes_the_reflections_built_on_it_transitivel
     left = await store.get_many([a, b, c, r1, r2, r3])
     assert sorted(left) == sorted([b, c, r3])
     assert await store.evidence(r3) == [c]
-    async with store.conn.execute("SELECT COUNT(*) FROM evidence") as cur:
-        assert await cur.fetchone() == (1,)
+    assert await run_sql(store, "SELECT COUNT(*) FROM evidence") == [(1,)]
     assert sorted((await store.load_stream("default")).ids.tolist()) == sorted([b, c, r3])
 
 

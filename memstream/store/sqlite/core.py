@@ -1,7 +1,7 @@
 """The SQLite store's connection, its write transactions, and the meta table (which every layer reads).
 
 SQLiteStore is built in layers, one module per concept, each a class adding to the one below:
-core -> migrate -> counters -> rows -> loading -> evidence -> traces -> deletion -> scrub -> store.
+core -> migrate -> counters -> rows -> loading -> evidence -> traces -> deletion -> scrub -> transfer -> store.
 """
 
 from __future__ import annotations

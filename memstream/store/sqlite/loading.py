@@ -4,17 +4,15 @@ its texts for the lexical index, and noticing other connections' writes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
-
-import numpy as np
-import numpy.typing as npt
 
 from memstream import _load
 from memstream.errors import StoreError
-from memstream.store.records import StreamArrays
+from memstream.store.records import StreamArrays, part_arrays, sink_arrays
 from memstream.store.sqlite import connection
 from memstream.store.sqlite.binding import sqlite_module
 from memstream.store.sqlite.rows import Rows
@@ -25,23 +23,6 @@ log = logging.getLogger(__name__)
 # A stream this large is read by worker processes when it is loaded (one per core, at most the maximum).
 PARALLEL_LOAD_ROWS = 200_000
 MAX_LOAD_PROCESSES = 8
-
-
-def _arrays(sink: _load.Sink) -> StreamArrays:
-    """The filled rows of a sink as StreamArrays (views)."""
-    n = sink.n
-    return StreamArrays(sink.ids[:n], sink.embeddings[:n], sink.importance[:n], sink.last[:n], sink.created[:n],
-                        sink.inverse_norms[:n])
-
-
-def _joined(parts: Sequence[_load.Part], dim: int) -> StreamArrays:
-    """The parts read by worker processes as StreamArrays: the embeddings stay in their blocks."""
-    def column(name: str) -> npt.NDArray[Any]:
-        return np.concatenate([part.columns[name] for part in parts])
-
-    blocks = [part.embeddings for part in parts if len(part.embeddings)]
-    return StreamArrays(column("ids"), blocks if blocks else np.empty((0, dim), np.float32), column("importance"),
-                        column("last"), column("created"), column("inverse_norms"))
 
 
 class Loading(Rows):
@@ -62,7 +43,7 @@ class Loading(Rows):
             row = await cur.fetchone()
         count, low, high = (int(row[0]), row[1], row[2]) if row else (0, None, None)
         if count == 0 or low is None or high is None:
-            return _arrays(_load.Sink(0, dim))
+            return sink_arrays(_load.Sink(0, dim))
         if self.path == ":memory:" or self._in_transaction:
             sink = _load.Sink(count, dim)
             async with self.conn.execute(_load.SELECT_READY, (stream, low, high)) as cur:
@@ -71,13 +52,13 @@ class Loading(Rows):
                         sink.put(rows)
                     except _load.LoadError as exc:
                         raise StoreError(str(exc)) from exc
-            return _arrays(sink)
+            return sink_arrays(sink)
         workers = self._load_workers(count)
         if workers > 1:
             try:
                 parts = await asyncio.to_thread(_load.load_in_processes, sqlite_module().__name__, self.path,
                                                 stream, int(low), int(high), count, dim, workers)
-                return _joined(parts, dim)
+                return part_arrays(parts, dim)
             except _load.LoadError as exc:
                 raise StoreError(str(exc)) from exc
             except _load.WorkerFailed as exc:
@@ -125,14 +106,21 @@ class Loading(Rows):
             raise StoreError(str(exc)) from exc
         except sqlite_module().Error as exc:
             raise connection.store_error(exc, self.path) from exc
-        return _arrays(sink)
+        return sink_arrays(sink)
 
-    async def changed_elsewhere(self) -> bool:
-        """Whether another connection (another process, or another Store on this file) has committed since
-        the last call: SQLite's data_version, one cheap pragma. The in-memory matrices catch up on it."""
-        rows = list(await self.conn.execute_fetchall("PRAGMA data_version"))  # one round trip (asked per query)
+    async def changed_elsewhere(self, streams: Iterable[str] = ()) -> set[str]:
+        """Of these streams, those another connection (another process, or another Store on this file) may
+        have written to since the last call: all of them when SQLite's data_version moved (one cheap pragma,
+        one round trip: asked per query; SQLite cannot tell streams apart), else none. The first call only
+        sets the mark."""
+        rows = list(await self.conn.execute_fetchall("PRAGMA data_version"))
         version = int(rows[0][0]) if rows else 0
         changed = self._data_version is not None and version != self._data_version
         self._data_version = version
-        return changed
+        return set(streams) if changed else set()
+
+    @contextlib.asynccontextmanager
+    async def reflection_claim(self, stream: str) -> AsyncIterator[bool]:
+        """Always granted: one persona process writes a SQLite file (MemoryStream orders its own tasks)."""
+        yield True
 

@@ -241,9 +241,10 @@ class Rows(Counters):
             return [_memory(row) for row in await cur.fetchall()]
 
     async def pending_memories(self, limit: int = 1000, *, due_at: float | None = None,
-                               streams: Sequence[str] | None = None) -> list[Memory]:
+                               streams: Sequence[str] | None = None, claim: bool = False) -> list[Memory]:
         """Memories waiting for a rating or an embedding, oldest first; with `due_at`, only those whose
-        next attempt is due by then; with `streams`, only those of these streams (500 keys a query)."""
+        next attempt is due by then; with `streams`, only those of these streams (500 keys a query).
+        `claim` changes nothing here (see Store.pending_memories)."""
         sql = (f"SELECT {_COLUMNS} FROM memories WHERE status = 'pending' AND (? IS NULL OR next_attempt_at IS NULL "
                "OR next_attempt_at <= ?)")
         found: list[Memory] = []

@@ -14,7 +14,7 @@ from memstream.store.migrations import all_migrations
 from memstream.store.sqlite import connection
 from memstream.store.sqlite.binding import sqlite_module
 from memstream.store.sqlite.connection import BUSY_TIMEOUT_MS
-from memstream.store.sqlite.scrub import Scrub
+from memstream.store.sqlite.transfer import Transfer
 
 __all__ = ["SQLiteStore"]
 
@@ -35,7 +35,7 @@ def _create_private(path: Path) -> None:
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
-class SQLiteStore(Scrub):
+class SQLiteStore(Transfer):
     """Async access to one persona's SQLite file. Open with `await SQLiteStore.open(path)`."""
 
     @classmethod

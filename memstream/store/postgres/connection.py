@@ -1,0 +1,74 @@
+"""Connections to a persona's PostgreSQL database: the pool, the one place psycopg errors become ours, and the
+URL as shown in messages (without its password)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import psycopg
+from pgvector.psycopg import register_vector_async
+from psycopg_pool import AsyncConnectionPool
+
+from memstream.errors import StoreError, StoreFull, StoreReadOnly
+from memstream.store.location import redact
+
+__all__ = ["POOL_SIZE", "Conn", "connect", "make_pool", "mapped_errors", "store_error"]
+
+Conn = psycopg.AsyncConnection[tuple[Any, ...]]
+# Connections one process keeps open to the database (a reflection holds one for its claim).
+POOL_SIZE = 8
+CONNECT_TIMEOUT_SECONDS = 10
+
+
+def store_error(exc: BaseException, where: str) -> StoreError:
+    """The StoreError for a psycopg error on the database at `where` (one line, saying what to do)."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, psycopg.errors.DiskFull):
+        return StoreFull(f"{where}: the database server's disk is full; nothing was written")
+    if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
+        return StoreReadOnly(f"{where}: the database is read-only (a standby?); nothing was written")
+    state = getattr(exc, "sqlstate", None)
+    if isinstance(exc, psycopg.OperationalError) and (state is None or state.startswith(("08", "57P"))):
+        return StoreError(f"{where}: cannot reach the database server ({first}); is it running, and is the URL "
+                          "right?")
+    return StoreError(f"{where}: {first}")
+
+
+@contextlib.contextmanager
+def mapped_errors(where: str) -> Iterator[None]:
+    """psycopg's errors (and the pool's timeout) inside the block become StoreError."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise store_error(exc, where) from exc
+
+
+@contextlib.asynccontextmanager
+async def connect(url: str) -> AsyncIterator[Conn]:
+    """One autocommit connection outside the pool (migrations, VACUUM)."""
+    with mapped_errors(redact(url)):
+        conn = await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+async def _configure(conn: Conn) -> None:
+    await register_vector_async(conn)
+
+
+async def make_pool(url: str, *, size: int = POOL_SIZE) -> AsyncConnectionPool[Conn]:
+    """An open pool of autocommit connections with pgvector's adapter registered (the schema must exist)."""
+    pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
+        url, min_size=1, max_size=size, open=False, configure=_configure, timeout=60.0,
+        kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_SECONDS})
+    try:
+        with mapped_errors(redact(url)):
+            await pool.open(wait=True, timeout=CONNECT_TIMEOUT_SECONDS)
+    except BaseException:
+        await pool.close()
+        raise
+    return pool

@@ -1,0 +1,149 @@
+"""Per-stream state (the importance total towards a reflection), model usage, fault counts, summaries."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from memstream.clock import from_timestamp
+from memstream.store.postgres.core import Core
+from memstream.store.records import UsageRow
+
+__all__ = ["Counters"]
+
+_USAGE = ("INSERT INTO model_usage (stream, role, calls, failures, prompt_tokens, completion_tokens, retries) "
+          "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (stream, role) DO UPDATE SET "
+          "calls = model_usage.calls + excluded.calls, failures = model_usage.failures + excluded.failures, "
+          "prompt_tokens = model_usage.prompt_tokens + excluded.prompt_tokens, "
+          "completion_tokens = model_usage.completion_tokens + excluded.completion_tokens, "
+          "retries = model_usage.retries + excluded.retries")
+
+
+# A model call also counts in its UTC day's row (the wall clock's day: when the call was made, even in a replay).
+_DAILY_USAGE = ("INSERT INTO model_usage_daily AS d (stream, role, day, calls, failures, prompt_tokens, "
+                "completion_tokens, retries) VALUES (%s, %s, floor(extract(epoch FROM now()) / 86400)::bigint * 86400, "
+                "%s, %s, %s, %s, %s) ON CONFLICT (stream, role, day) DO UPDATE SET calls = d.calls + excluded.calls, "
+                "failures = d.failures + excluded.failures, prompt_tokens = d.prompt_tokens + excluded.prompt_tokens, "
+                "completion_tokens = d.completion_tokens + excluded.completion_tokens, "
+                "retries = d.retries + excluded.retries")
+
+
+def _where(stream: str | None, prefix: str = "WHERE") -> tuple[str, tuple[Any, ...]]:
+    return (f"{prefix} stream = %s", (stream,)) if stream is not None else ("", ())
+
+
+class Counters(Core):
+    """Stream state, usage and fault counters, and counts of memories."""
+
+    async def add_importance(self, stream: str, amount: int) -> int:
+        """Add to the importance total since the last reflection; return the new total (one statement: two
+        processes adding at once both count)."""
+        row = await self._row(
+            "INSERT INTO stream_state (stream, importance_since_reflection) VALUES (%s, %s) "
+            "ON CONFLICT (stream) DO UPDATE SET importance_since_reflection = "
+            "stream_state.importance_since_reflection + excluded.importance_since_reflection "
+            "RETURNING importance_since_reflection", (stream, amount))
+        assert row is not None
+        return int(row[0])
+
+    async def state(self, stream: str) -> dict[str, Any]:
+        """The importance total, last reflection time and counters of a stream."""
+        row = await self._row("SELECT importance_since_reflection, last_reflection_at, reflections, "
+                              "skipped_reflections FROM stream_state WHERE stream = %s", (stream,))
+        if row is None:
+            return {"importance_since_reflection": 0, "last_reflection_at": None, "reflections": 0,
+                    "skipped_reflections": 0}
+        return {"importance_since_reflection": int(row[0]),
+                "last_reflection_at": None if row[1] is None else from_timestamp(row[1]),
+                "reflections": int(row[2]), "skipped_reflections": int(row[3])}
+
+    async def count_skipped_reflection(self, stream: str) -> None:
+        """A reflection that could not run (it will be tried again)."""
+        await self._execute("INSERT INTO stream_state (stream, skipped_reflections) VALUES (%s, 1) "
+                            "ON CONFLICT (stream) DO UPDATE SET skipped_reflections = "
+                            "stream_state.skipped_reflections + 1", (stream,))
+
+    async def due_streams(self, threshold: int) -> list[str]:
+        """Streams whose importance total has reached the threshold."""
+        rows = await self._rows("SELECT stream FROM stream_state WHERE importance_since_reflection >= %s "
+                                "ORDER BY stream COLLATE \"C\"", (threshold,))
+        return [row[0] for row in rows]
+
+    async def record_usage(self, stream: str, role: str, *, calls: int = 1, failures: int = 0,
+                           prompt_tokens: int = 0, completion_tokens: int = 0, retries: int = 0) -> None:
+        """Count model calls (failed ones, and retries the client made) and tokens per stream and role."""
+        row = (stream, role, calls, failures, prompt_tokens, completion_tokens, retries)
+        async with self.transaction():
+            await self._execute(_USAGE, row)
+            await self._execute(_DAILY_USAGE, row)
+
+    async def record_usage_many(self, rows: Sequence[UsageRow]) -> None:
+        """Add many (stream, role, calls, failures, prompt tokens, completion tokens, retries) rows at once."""
+        if rows:
+            async with self.transaction():
+                await self._many(_USAGE, rows)
+                await self._many(_DAILY_USAGE, rows)
+
+    async def count_fault(self, stream: str, kind: str, count: int = 1) -> None:
+        """Count a degraded outcome (rating_fallback, insight_dropped, questions_trimmed, ...)."""
+        await self._execute("INSERT INTO faults (stream, kind, count) VALUES (%s, %s, %s) ON CONFLICT (stream, kind) "
+                            "DO UPDATE SET count = faults.count + excluded.count", (stream, kind, count))
+
+    async def faults(self, stream: str | None = None) -> dict[str, int]:
+        """Fault counts by kind (one stream, or all)."""
+        where, args = _where(stream)
+        rows = await self._rows(f"SELECT kind, SUM(count) FROM faults {where} GROUP BY kind ORDER BY kind COLLATE "
+                                '"C"', args)
+        return {row[0]: int(row[1]) for row in rows}
+
+    async def pending_state(self, stream: str | None = None) -> dict[str, Any]:
+        """Pending observations: how many, their failed attempts, and when the next retry is due."""
+        where, args = _where(stream, "AND")
+        row = await self._row(f"SELECT COUNT(*), COALESCE(SUM(attempts), 0), MIN(next_attempt_at) FROM memories "
+                              f"WHERE status = 'pending' {where}", args)
+        assert row is not None
+        return {"pending": int(row[0]), "failed_attempts": int(row[1]),
+                "next_retry_at": None if row[2] is None else from_timestamp(row[2]).isoformat()}
+
+    async def usage(self, stream: str | None = None) -> dict[str, dict[str, int]]:
+        """Model calls and tokens per role (one stream, or all)."""
+        where, args = _where(stream)
+        rows = await self._rows(f"SELECT role, SUM(calls), SUM(failures), SUM(prompt_tokens), SUM(completion_tokens) "
+                                f'FROM model_usage {where} GROUP BY role ORDER BY role COLLATE "C"', args)
+        return {row[0]: {"calls": int(row[1]), "failures": int(row[2]), "prompt_tokens": int(row[3]),
+                         "completion_tokens": int(row[4])} for row in rows}
+
+    async def usage_by_day(self, stream: str | None = None) -> list[tuple[datetime, str, dict[str, int]]]:
+        """Model calls and tokens per UTC day and role (one stream, or all), oldest day first."""
+        where, args = _where(stream)
+        rows = await self._rows(f"SELECT day, role, SUM(calls), SUM(failures), SUM(prompt_tokens), "
+                                f"SUM(completion_tokens) FROM model_usage_daily {where} GROUP BY day, role "
+                                'ORDER BY day, role COLLATE "C"', args)
+        return [(from_timestamp(row[0]), row[1], {"calls": int(row[2]), "failures": int(row[3]),
+                                                  "prompt_tokens": int(row[4]), "completion_tokens": int(row[5])})
+                for row in rows]
+
+    async def retries(self, stream: str | None = None) -> dict[str, int]:
+        """Failed requests the model client retried, per role (one stream, or all)."""
+        where, args = _where(stream)
+        rows = await self._rows(f'SELECT role, SUM(retries) FROM model_usage {where} GROUP BY role ORDER BY role '
+                                'COLLATE "C"', args)
+        return {row[0]: int(row[1]) for row in rows}
+
+    async def counts(self, stream: str | None = None) -> dict[str, Any]:
+        """Counts by kind and status, the importance histogram and fallback ratings."""
+        where, args = _where(stream)
+        rows = await self._rows(f"SELECT kind, status, importance, importance_source, COUNT(*) FROM memories {where} "
+                                "GROUP BY kind, status, importance, importance_source", args)
+        out: dict[str, Any] = {"observations": 0, "reflections": 0, "pending": 0, "fallback": 0,
+                               "histogram": {str(i): 0 for i in range(1, 11)}}
+        for kind, status, importance, source, n in rows:
+            out["observations" if kind == "observation" else "reflections"] += int(n)
+            if status == "pending":
+                out["pending"] += int(n)
+            if source == "fallback":
+                out["fallback"] += int(n)
+            if importance is not None:
+                out["histogram"][str(importance)] += int(n)
+        return out

@@ -1,0 +1,314 @@
+"""Memory rows: inserting (pending or ready), completing a pending one, updating, and reading them back."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from psycopg.errors import DeadlockDetected
+
+from memstream.clock import from_timestamp
+from memstream.errors import MemoryNotFound, StoreError
+from memstream.records import Memory, Source
+from memstream.store.policy import RETRY_BASE_SECONDS, RETRY_CAP_SECONDS, collected_touches
+from memstream.store.postgres.counters import Counters
+from memstream.store.records import NewMemory, UsageRow
+
+__all__ = ["CLAIM_SECONDS", "Rows", "memory_row"]
+
+COLUMNS = ("id, stream, kind, text, created_at, last_accessed_at, importance, importance_source, depth, "
+           "author, author_id, channel, channel_id, message_id, status, number")
+# A pending memory is the inserting process's for this long (server clock): another process's retries leave
+# it alone while the first completes it (or fails and lets it go: count_attempt).
+CLAIM_SECONDS = 300.0
+_DEADLOCK_TRIES = 5
+_NOW = "extract(epoch FROM clock_timestamp())"
+_INSERT = ("INSERT INTO memories (stream, kind, text, created_at, last_accessed_at, importance, importance_source, "
+           "depth, author, author_id, channel, channel_id, message_id, status, embedding, claimed_until) "
+           f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+           f"CASE WHEN %s THEN {_NOW} + {CLAIM_SECONDS} END) RETURNING id")
+_COMPLETE = ("UPDATE memories SET importance = %s, importance_source = %s, embedding = %s, status = 'ready', "
+             "claimed_until = NULL WHERE id = %s AND status = 'pending' AND stream = %s RETURNING id, importance")
+
+
+def _insert_row(m: NewMemory) -> tuple[Any, ...]:
+    ready = m.importance is not None and m.embedding is not None
+    return (m.stream, m.kind, m.text, m.created_at, m.created_at, m.importance, m.importance_source, m.depth,
+            m.source.author, m.source.author_id, m.source.channel, m.source.channel_id, m.source.message_id,
+            "ready" if ready else "pending", _vector(m.embedding), not ready)
+
+
+def _vector(embedding: npt.NDArray[np.float32] | None) -> npt.NDArray[np.float32] | None:
+    return None if embedding is None else np.ascontiguousarray(embedding, dtype=np.float32)
+
+
+def memory_row(row: Sequence[Any]) -> Memory:
+    """A Memory from a row of COLUMNS."""
+    return Memory(
+        id=int(row[0]), stream=row[1], kind=row[2], text=row[3],
+        created_at=from_timestamp(row[4]), last_accessed_at=from_timestamp(row[5]),
+        importance=row[6], importance_source=row[7], depth=row[8],
+        source=Source(author=row[9], author_id=row[10], channel=row[11], channel_id=row[12],
+                      message_id=row[13]),
+        status=row[14], number=row[15],
+    )
+
+
+def _chunks(items: Sequence[Any], size: int = 5000) -> list[list[Any]]:
+    return [list(items[i:i + size]) for i in range(0, len(items), size)]
+
+
+class Rows(Counters):
+    """Writing and reading memory rows."""
+
+    async def insert(self, memories: Sequence[NewMemory]) -> list[int]:
+        """Append memories (pending ones have no importance or embedding yet); one transaction."""
+        if not memories:
+            return []
+        async with self.transaction():
+            await self._lock(m.stream for m in memories)
+            await self._check_dimensions(m.embedding for m in memories)
+            results = await self._many_returning(_INSERT, [_insert_row(m) for m in memories])
+            ids = [int(rows[0][0]) for rows in results]
+            await self._bump(m.stream for m in memories if m.importance is not None and m.embedding is not None)
+        return ids
+
+    async def insert_unique(self, memories: Sequence[NewMemory]) -> list[tuple[int, bool]]:
+        """Append memories whose (stream, message id) is not stored yet; for each, its id and whether it is
+        new. The unique index decides: processes importing the same messages at once store each once."""
+        for attempt in range(_DEADLOCK_TRIES):
+            try:
+                return await self._insert_unique(memories)
+            except StoreError as exc:  # two processes importing overlapping messages in other orders
+                if not isinstance(exc.__cause__, DeadlockDetected) or self._joined() or attempt + 1 == _DEADLOCK_TRIES:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _insert_unique(self, memories: Sequence[NewMemory]) -> list[tuple[int, bool]]:
+        if not memories:
+            return []
+        out: list[tuple[int, bool] | None] = [None] * len(memories)
+        async with self.transaction():
+            await self._lock(m.stream for m in memories)
+            await self._check_dimensions(m.embedding for m in memories)
+            seen: dict[tuple[str, str], int] = {}
+            fresh: list[tuple[int, NewMemory]] = []
+            for slot, m in enumerate(memories):
+                key = (m.stream, m.source.message_id) if m.source.message_id else None
+                if key is not None and key in seen:
+                    continue  # the same message twice in one batch: stored once (resolved below)
+                if key is not None:
+                    seen[key] = slot
+                fresh.append((slot, m))
+            sql = _INSERT.replace(" RETURNING id", " ON CONFLICT (stream, message_id) WHERE message_id IS NOT NULL "
+                                                   "DO NOTHING RETURNING id")
+            results = await self._many_returning(sql, [_insert_row(m) for _, m in fresh])
+            for (slot, _), rows in zip(fresh, results, strict=True):
+                if rows:  # new; else stored before (by us or another process)
+                    out[slot] = (int(rows[0][0]), True)
+            added = [m.stream for slot, m in fresh if out[slot] is not None
+                     and m.importance is not None and m.embedding is not None]
+            missing = [(m.stream, m.source.message_id) for slot, m in enumerate(memories)
+                       if out[slot] is None and m.source.message_id]
+            known = await self.find_messages(missing)
+            for slot, m in enumerate(memories):
+                if out[slot] is None:
+                    out[slot] = (known[(m.stream, str(m.source.message_id))], False)
+            await self._bump(added)
+        return [item for item in out if item is not None]
+
+    async def complete_many(self, stream: str, items: Sequence[tuple[int, int, str, npt.NDArray[np.float32]]],
+                            usage: Sequence[UsageRow] = ()) -> list[int]:
+        """Make pending memories of one stream ready, add their importance to the stream's total and record
+        model usage, in one transaction; returns the ids completed here (a memory deleted meanwhile, or
+        completed by another process first, is left out: the update waits for the other's row lock, then
+        finds it ready)."""
+        if not items:
+            await self.record_usage_many(usage)
+            return []
+        async with self.transaction():
+            await self._lock([stream])
+            await self._check_dimensions(vector for *_, vector in items)
+            results = await self._many_returning(_COMPLETE, [(importance, source, _vector(vector), memory_id, stream)
+                                                             for memory_id, importance, source, vector in items])
+            completed = {int(row[0]): int(row[1]) for rows in results for row in rows}
+            if completed:
+                await self.add_importance(stream, sum(completed.values()))
+                await self._bump([stream])
+            await self.record_usage_many(usage)
+        return [memory_id for memory_id, *_ in items if memory_id in completed]
+
+    async def complete(self, memory_id: int, importance: int, source: str,
+                       embedding: npt.NDArray[np.float32]) -> bool:
+        """Make a pending memory ready; False if it was deleted (or completed elsewhere) meanwhile."""
+        async with self.transaction():
+            await self._lock(await self._streams_of([memory_id]))
+            await self._check_dimensions([embedding])
+            row = await self._row("UPDATE memories SET importance = %s, importance_source = %s, embedding = %s, "
+                                  "status = 'ready', claimed_until = NULL WHERE id = %s AND status = 'pending' "
+                                  "RETURNING stream", (importance, source, _vector(embedding), memory_id))
+            if row is not None:
+                await self._bump([row[0]])
+        return row is not None
+
+    async def count_attempt(self, memory_id: int, *, at: float | None = None) -> None:
+        """Record one more failed attempt to complete a pending memory (and let go of its claim); given the
+        time of the failure, its next attempt waits retry_delay(failures) seconds."""
+        if at is None:
+            await self._execute("UPDATE memories SET attempts = attempts + 1, claimed_until = NULL WHERE id = %s",
+                                (memory_id,))
+            return
+        await self._execute(
+            "UPDATE memories SET attempts = attempts + 1, claimed_until = NULL, "
+            "next_attempt_at = %s + LEAST(%s, %s * power(2, LEAST(attempts, 30))) WHERE id = %s",
+            (at, RETRY_CAP_SECONDS, RETRY_BASE_SECONDS, memory_id))
+
+    async def update_text(self, memory_id: int, text: str, embedding: npt.NDArray[np.float32]) -> None:
+        """Replace an observation's text and embedding (an edited message)."""
+        async with self.transaction():
+            await self._lock(await self._streams_of([memory_id]))
+            await self._check_dimensions([embedding])
+            rows = await self._rows("UPDATE memories SET text = %s, embedding = %s WHERE id = %s RETURNING stream",
+                                    (text, _vector(embedding), memory_id))
+            await self._bump(row[0] for row in rows)
+            if rows:
+                self._to_vacuum.add("memories")  # the text before the edit is a dead row until VACUUM
+
+    async def touch(self, ids: Sequence[int], at: float) -> None:
+        """Set last access of these memories to `at` (collected instead inside `deferred_touches()`)."""
+        collected = collected_touches()
+        if collected is not None:
+            for memory_id in ids:
+                collected[memory_id] = max(at, collected.get(memory_id, at))
+            return
+        if ids:
+            async with self.transaction():
+                await self._lock(await self._streams_of(ids))
+                rows = await self._rows("UPDATE memories SET last_accessed_at = %s WHERE id = ANY(%s) "
+                                        "RETURNING stream", (at, sorted(set(ids))))
+                await self._bump(row[0] for row in rows)
+
+    async def _streams_of(self, ids: Iterable[int]) -> list[str]:
+        """The streams of these memories (to lock them before writing to the memories)."""
+        rows = await self._rows("SELECT DISTINCT stream FROM memories WHERE id = ANY(%s)", (sorted(set(ids)),))
+        return [row[0] for row in rows]
+
+    async def find_messages(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """The memories made from these (stream, Discord message id) pairs, where stored."""
+        by_stream: dict[str, list[str]] = {}
+        for stream, message_id in keys:
+            by_stream.setdefault(stream, []).append(message_id)
+        found: dict[tuple[str, str], int] = {}
+        for stream, message_ids in by_stream.items():
+            for chunk in _chunks(sorted(set(message_ids))):
+                rows = await self._rows("SELECT message_id, id FROM memories WHERE stream = %s AND "
+                                        "message_id = ANY(%s)", (stream, chunk))
+                found.update(((stream, row[0]), int(row[1])) for row in rows)
+        return found
+
+    async def find_message(self, stream: str, message_id: str) -> int | None:
+        """The memory made from a Discord message, if any."""
+        row = await self._row("SELECT id FROM memories WHERE stream = %s AND message_id = %s", (stream, message_id))
+        return None if row is None else int(row[0])
+
+    async def get(self, memory_id: int, *, stream: str | None = None) -> Memory:
+        """One memory by id (restricted to `stream` when given)."""
+        row = await self._row(f"SELECT {COLUMNS} FROM memories WHERE id = %s", (memory_id,))
+        if row is None or (stream is not None and row[1] != stream):
+            where = f" in stream {stream!r}" if stream is not None else ""
+            raise MemoryNotFound(f"no memory #{memory_id}{where}", memory_id=memory_id)
+        return memory_row(row)
+
+    async def get_many(self, ids: Sequence[int]) -> dict[int, Memory]:
+        """Memories by id (missing ones are left out)."""
+        found: dict[int, Memory] = {}
+        for chunk in _chunks([int(i) for i in ids]):
+            for row in await self._rows(f"SELECT {COLUMNS} FROM memories WHERE id = ANY(%s)", (chunk,)):
+                found[int(row[0])] = memory_row(row)
+        return found
+
+    async def by_number(self, stream: str, number: int) -> int:
+        """The id of the memory a stream shows as #number (MemoryNotFound if there is none)."""
+        row = await self._row("SELECT id FROM memories WHERE stream = %s AND number = %s", (stream, number))
+        if row is None:
+            raise MemoryNotFound(f"no memory #{number} in stream {stream!r}", memory_id=number)
+        return int(row[0])
+
+    async def recent(self, stream: str, limit: int, *, offset: int = 0, include_pending: bool = False,
+                     kind: str | None = None) -> list[Memory]:
+        """The most recent memories of a stream (of one kind, if given), newest first."""
+        status = "" if include_pending else "AND status = 'ready'"
+        rows = await self._rows(f"SELECT {COLUMNS} FROM memories WHERE stream = %(stream)s {status} AND "
+                                "(%(kind)s::text IS NULL OR kind = %(kind)s::text) ORDER BY created_at DESC, id DESC "
+                                "LIMIT %(limit)s OFFSET %(offset)s",
+                                {"stream": stream, "kind": kind, "limit": limit, "offset": offset})
+        return [memory_row(row) for row in rows]
+
+    async def pending_memories(self, limit: int = 1000, *, due_at: float | None = None,
+                               streams: Sequence[str] | None = None, claim: bool = False) -> list[Memory]:
+        """Memories waiting for a rating or an embedding, oldest first; with `due_at`, only those whose next
+        attempt is due by then; with `streams`, only those of these streams. With `claim`, only those no
+        other process has claimed, now claimed for CLAIM_SECONDS by this one (FOR UPDATE SKIP LOCKED: two
+        processes never get the same memory)."""
+        due = ("AND (%(due)s::float8 IS NULL OR next_attempt_at IS NULL OR next_attempt_at <= %(due)s::float8) "
+               "AND (%(streams)s::text[] IS NULL OR stream = ANY(%(streams)s::text[]))")
+        args = {"due": due_at, "limit": limit, "streams": None if streams is None else list(streams)}
+        if not claim:
+            rows = await self._rows(f"SELECT {COLUMNS} FROM memories WHERE status = 'pending' {due} "
+                                    "ORDER BY id LIMIT %(limit)s", args)
+            return [memory_row(row) for row in rows]
+        rows = await self._rows(
+            f"UPDATE memories SET claimed_until = {_NOW} + {CLAIM_SECONDS} WHERE id IN (SELECT id FROM memories "
+            f"WHERE status = 'pending' {due} AND (claimed_until IS NULL OR claimed_until <= {_NOW}) "
+            f"ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) RETURNING {COLUMNS}", args)
+        return sorted((memory_row(row) for row in rows), key=lambda m: m.id)
+
+    async def by_author(self, stream: str, author_id: str) -> list[int]:
+        """Ids of the observations made from one author's messages in a stream."""
+        rows = await self._rows("SELECT id FROM memories WHERE stream = %s AND author_id = %s AND "
+                                "kind = 'observation' ORDER BY id", (stream, author_id))
+        return [int(row[0]) for row in rows]
+
+    async def author_memories(self, author_id: str, *, stream: str | None = None) -> list[Memory]:
+        """The observations made from one author's messages, oldest first: in one stream, or in every one."""
+        where, args = ("stream = %s AND ", [stream]) if stream is not None else ("", [])
+        rows = await self._rows(f"SELECT {COLUMNS} FROM memories WHERE {where}author_id = %s AND "
+                                "kind = 'observation' ORDER BY created_at, id", [*args, author_id])
+        return [memory_row(row) for row in rows]
+
+    async def stream_pages(self, stream: str, *, page: int = 1000) -> AsyncIterator[list[Memory]]:
+        """Every memory of a stream, pending ones too, oldest first, a page at a time."""
+        after: tuple[float, int] | None = None
+        while True:
+            where, args = ("", []) if after is None else (
+                "AND (created_at, id) > (%s, %s)", [after[0], after[1]])
+            rows = await self._rows(f"SELECT {COLUMNS} FROM memories WHERE stream = %s {where} "
+                                    "ORDER BY created_at, id LIMIT %s", [stream, *args, page])
+            if not rows:
+                return
+            yield [memory_row(row) for row in rows]
+            after = (rows[-1][4], int(rows[-1][0]))
+
+    async def by_message(self, message_ids: Sequence[str]) -> list[int]:
+        """Ids of the memories made from these Discord messages, in any stream."""
+        found: list[int] = []
+        for chunk in _chunks(list(message_ids)):
+            rows = await self._rows("SELECT id FROM memories WHERE message_id = ANY(%s) ORDER BY id", (chunk,))
+            found.extend(int(row[0]) for row in rows)
+        return found
+
+    async def streams(self) -> list[str]:
+        """Every stream key in this database."""
+        rows = await self._rows('SELECT stream FROM (SELECT DISTINCT stream FROM memories UNION SELECT stream FROM '
+                                'stream_state) AS s ORDER BY stream COLLATE "C"')
+        return [row[0] for row in rows]
+
+    async def load_vector(self, memory_id: int) -> npt.NDArray[np.float32]:
+        """One memory's embedding."""
+        row = await self._row("SELECT embedding FROM memories WHERE id = %s", (memory_id,))
+        if row is None or row[0] is None:
+            raise MemoryNotFound(f"no embedding for memory #{memory_id}")
+        vector: npt.NDArray[np.float32] = np.asarray(row[0].to_numpy(), dtype=np.float32)
+        return vector

@@ -1,0 +1,63 @@
+"""Reply traces: what each reply was built from and which message it answered."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from memstream.clock import from_timestamp
+from memstream.store.postgres.evidence import Evidence
+
+__all__ = ["Traces"]
+
+
+class Traces(Evidence):
+    """Saving, linking and reading reply traces."""
+
+    async def save_trace(self, stream: str, at: float, query: str, items: list[dict[str, Any]],
+                         reply_memory_id: int | None, *, query_memory_id: int | None = None,
+                         query_message_id: str | None = None, query_author_id: str | None = None) -> int:
+        """Record what a reply was built from, and which message (whose) it answered."""
+        async with self.transaction():
+            row = await self._row(
+                "INSERT INTO reply_traces (stream, created_at, query, reply_memory_id, items, query_memory_id, "
+                "query_message_id, query_author_id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
+                (stream, at, query, reply_memory_id, json.dumps(items), query_memory_id, query_message_id,
+                 query_author_id))
+            assert row is not None
+            trace_id = int(row[0])
+            await self._many("INSERT INTO trace_items (memory_id, trace_id) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                             [(int(item["id"]), trace_id) for item in items])
+        return trace_id
+
+    async def delete_trace(self, trace_id: int) -> None:
+        """Delete a reply's trace (a reply that was never delivered; its query is a message still remembered)."""
+        await self._execute("DELETE FROM reply_traces WHERE id = %s", (trace_id,))
+
+    async def link_reply(self, trace_id: int, message_ids: Sequence[str], reply_memory_id: int | None) -> None:
+        """Attach the Discord message ids of a sent reply to its trace (and the first to its memory)."""
+        async with self.transaction():
+            await self._many("INSERT INTO trace_messages (message_id, trace_id) VALUES (%s, %s) ON CONFLICT "
+                             "(message_id) DO UPDATE SET trace_id = excluded.trace_id",
+                             [(m, trace_id) for m in message_ids])
+            if message_ids:
+                await self._execute("UPDATE reply_traces SET message_id = %s WHERE id = %s",
+                                    (message_ids[0], trace_id))
+            if reply_memory_id is not None and message_ids:
+                await self._execute("UPDATE memories SET message_id = %s WHERE id = %s AND message_id IS NULL",
+                                    (message_ids[0], reply_memory_id))
+
+    async def trace(self, *, trace_id: int | None = None, message_id: str | None = None) -> dict[str, Any] | None:
+        """A reply trace by its id or by the Discord message id of any part of the reply."""
+        if trace_id is None and message_id is not None:
+            row = await self._row("SELECT trace_id FROM trace_messages WHERE message_id = %s", (message_id,))
+            if row is None:
+                return None
+            trace_id = int(row[0])
+        found = await self._row("SELECT id, stream, created_at, query, reply_memory_id, message_id, items "
+                                "FROM reply_traces WHERE id = %s", (trace_id,))
+        if found is None:
+            return None
+        return {"id": int(found[0]), "stream": found[1], "created_at": from_timestamp(found[2]), "query": found[3],
+                "reply_memory_id": found[4], "message_id": found[5], "items": json.loads(found[6])}
