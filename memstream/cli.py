@@ -549,7 +549,7 @@ async def cmd_salvage(args: argparse.Namespace) -> int:
 
 def _location(value: str) -> Path | str:
     """A copy's SRC or DST: a persona file's database, a postgresql:// URL, or a SQLite file."""
-    from memstream.store.location import is_database_url
+    from memstream.location import is_database_url
 
     if is_database_url(value):
         return value
@@ -670,7 +670,7 @@ def _user_id(text: str) -> str:
 
 def _database(value: str) -> Path | str:
     """A --db value: a PostgreSQL URL as given, else a file path."""
-    from memstream.store.location import is_database_url
+    from memstream.location import is_database_url
 
     return value if is_database_url(value) else Path(value)
 

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from memstream.errors import ConfigError
-from memstream.store.location import is_database_url, redact
+from memstream.location import is_database_url, redact
 
 __all__ = [
     "DiscordConfig",

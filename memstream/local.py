@@ -130,8 +130,11 @@ def _by_hand() -> str:
             "to a GGUF file")
 
 
-def local_database(database: Path) -> Path:
+def local_database(database: Path | str) -> Path:
     """The database of the local models beside the persona's (their embeddings differ: never mixed)."""
+    if not isinstance(database, Path):
+        raise ConfigError("--local keeps its memory in a SQLite file beside the persona's; this persona's database "
+                          "is a PostgreSQL URL: give the local database with --db FILE")
     return database.with_name(f"{database.stem}-local{database.suffix or '.db'}")
 
 
