@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from memstream import ConfigError
+from memstream.ranges import compact_ranges
 
 __all__ = ["COUNT_ENV", "SHARDS_ENV", "Shards", "parse_shards", "shard_of"]
 
@@ -52,16 +53,7 @@ class Shards:
 
 
 def _ranges(ids: tuple[int, ...]) -> str:
-    parts: list[str] = []
-    start = prev = ids[0]
-    for n in [*ids[1:], None]:
-        if n is not None and n == prev + 1:
-            prev = n
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if n is not None:
-            start = prev = n
-    return ",".join(parts)
+    return ",".join(compact_ranges(ids))
 
 
 def parse_shards(count: str | int | None, shards: str | None, environ: Mapping[str, str] | None = None,

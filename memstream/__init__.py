@@ -3,36 +3,63 @@
 Observe what happens, retrieve by recency + importance + relevance, reflect into insights with evidence.
 """
 
-from memstream.agent import Agent, format_time
-from memstream.clock import Clock, SystemClock
-from memstream.config import DiscordConfig, ModelConfig, PersonaConfig, StreamConfig, load_persona
-from memstream.embed import Embedder, OpenAIEmbedder, SentenceTransformerEmbedder
-from memstream.errors import (
-    CompletionError,
-    ConfigError,
-    EmbeddingError,
-    MemoryNotFound,
-    MemstreamError,
-    MigrationError,
-    MissingVariables,
-    PromptError,
-    ProviderError,
-    SchemaTooNew,
-    StoreDamaged,
-    StoreError,
-    StoreFull,
-    StoreLocked,
-    StoreReadOnly,
-)
-from memstream.llm import ChatModel, Completion, OpenAIChat
-from memstream.models import Models, RoleModel
-from memstream.prompts import Prompt, load_prompt
-from memstream.rate import Rater, Rating, parse_rating
-from memstream.records import EvidenceNode, Memory, ScoredMemory, Source
-from memstream.reflect import Insight, Reflection, Reflector, parse_citations, parse_insights, parse_questions
-from memstream.retrieve import Retriever, rank, rank_reference
-from memstream.store import Store
-from memstream.stream import DEFAULT_STREAM, MemoryStream, Observation, Reply
+import importlib as _importlib
+import typing as _typing
+
+if _typing.TYPE_CHECKING:
+    from memstream.agent import Agent, format_time
+    from memstream.clock import Clock, SystemClock
+    from memstream.config import DiscordConfig, ModelConfig, PersonaConfig, StreamConfig, load_persona
+    from memstream.embed import Embedder, OpenAIEmbedder, SentenceTransformerEmbedder
+    from memstream.errors import (
+        CompletionError,
+        ConfigError,
+        EmbeddingError,
+        MemoryNotFound,
+        MemstreamError,
+        MigrationError,
+        MissingVariables,
+        PromptError,
+        ProviderError,
+        SchemaTooNew,
+        StoreDamaged,
+        StoreError,
+        StoreFull,
+        StoreLocked,
+        StoreReadOnly,
+    )
+    from memstream.llm import ChatModel, Completion, OpenAIChat
+    from memstream.models import Models, RoleModel
+    from memstream.prompts import Prompt, load_prompt
+    from memstream.rate import Rater, Rating, parse_rating
+    from memstream.records import EvidenceNode, Memory, ScoredMemory, Source
+    from memstream.reflect import Insight, Reflection, Reflector, parse_citations, parse_insights, parse_questions
+    from memstream.retrieve import Retriever, rank, rank_reference
+    from memstream.store import Store
+    from memstream.stream import DEFAULT_STREAM, MemoryStream, Observation, Reply
+
+# Loaded on first use (PEP 562): `memstream --help` and the modules that need only a few names do not pay
+# for numpy, the openai SDK and SQLite. The names and their modules, as imported above for type checkers.
+_SOURCES: dict[str, tuple[str, ...]] = {
+    "memstream.agent": ("Agent", "format_time"),
+    "memstream.clock": ("Clock", "SystemClock"),
+    "memstream.config": ("DiscordConfig", "ModelConfig", "PersonaConfig", "StreamConfig", "load_persona"),
+    "memstream.embed": ("Embedder", "OpenAIEmbedder", "SentenceTransformerEmbedder"),
+    "memstream.errors": ("CompletionError", "ConfigError", "EmbeddingError", "MemoryNotFound", "MemstreamError",
+                         "MigrationError", "MissingVariables", "PromptError", "ProviderError", "SchemaTooNew",
+                         "StoreDamaged", "StoreError", "StoreFull", "StoreLocked", "StoreReadOnly"),
+    "memstream.llm": ("ChatModel", "Completion", "OpenAIChat"),
+    "memstream.models": ("Models", "RoleModel"),
+    "memstream.prompts": ("Prompt", "load_prompt"),
+    "memstream.rate": ("Rater", "Rating", "parse_rating"),
+    "memstream.records": ("EvidenceNode", "Memory", "ScoredMemory", "Source"),
+    "memstream.reflect": ("Insight", "Reflection", "Reflector", "parse_citations", "parse_insights",
+                          "parse_questions"),
+    "memstream.retrieve": ("Retriever", "rank", "rank_reference"),
+    "memstream.store": ("Store",),
+    "memstream.stream": ("DEFAULT_STREAM", "MemoryStream", "Observation", "Reply"),
+}
+_OWNER = {name: module for module, names in _SOURCES.items() for name in names}
 
 __version__ = "0.1.0"
 
@@ -93,3 +120,16 @@ __all__ = [
     "rank",
     "rank_reference",
 ]
+
+
+def __getattr__(name: str) -> _typing.Any:
+    module = _OWNER.get(name)
+    if module is None:
+        raise AttributeError(f"module 'memstream' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

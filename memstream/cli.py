@@ -1,4 +1,8 @@
-"""`memstream`: talk to a persona, feed its memory, and look inside it from the terminal."""
+"""`memstream`: talk to a persona, feed its memory, and look inside it from the terminal.
+
+The modules that load numpy, the openai SDK or SQLite are imported by the commands that use them, so that
+`memstream --help` and a mistyped option answer at once (tests/memstream/test_startup.py).
+"""
 
 from __future__ import annotations
 
@@ -15,24 +19,24 @@ import threading
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memstream import init_persona
 from memstream.clock import Clock, FixedClock, SystemClock
-from memstream.config import PersonaConfig, load_persona
+from memstream.config import BASELINES, PersonaConfig, load_persona
+from memstream.config import PROFILE_NAMES as PROFILES
 from memstream.errors import ConfigError, MemstreamError, ProviderError
-from memstream.evaluate import CachedChat, CachedEmbedder, ModelCache, evaluate, read_eval
 from memstream.exits import EXIT_BAD_INPUT, EXIT_PENDING, exit_status
-from memstream.export import author_document, document_text, private_file, write_stream
-from memstream.filecare import backup, salvage
 from memstream.history import parse_time, read_history
-from memstream.llm import Completion
-from memstream.profiles import BASELINES, PROFILES, configured
-from memstream.records import EvidenceNode, Memory, ScoredMemory
-from memstream.store import Store, is_database_url
-from memstream.stream import DEFAULT_STREAM, MemoryStream, Reply, connect_models
+from memstream.ranges import compact_ranges
+from memstream.records import DEFAULT_STREAM, EvidenceNode, Memory, ScoredMemory
+from memstream.shell import STEPS, spinner_wanted, why_lines
+from memstream.spinner import Spinner
 from memstream.terminal import visible, visible_json
-from memstream.transfer import copy_store, describe
+
+if TYPE_CHECKING:
+    from memstream.llm import Completion
+    from memstream.stream import MemoryStream, Reply
 
 __all__ = ["build_parser", "main", "parse_time"]
 
@@ -358,37 +362,59 @@ async def cmd_chat(memory: MemoryStream, args: argparse.Namespace) -> int:
     print(f"Talking to {memory.name} (stream {args.stream!r}). /help for commands, Ctrl-D to leave.",
           file=sys.stderr)
     last: Reply | None = None
+    remembering: asyncio.Future[None] | None = None  # the last reply's rating and embedding, while the user reads
+    spin = Spinner(spinner_wanted(args.json))
     try:
         while True:
             line = await _read_line(f"{name}> " if tty else None)
             if line is None:  # Ctrl-D: leave the shell's prompt on a line of its own
                 if tty:
                     print(file=sys.stderr)
+                with spin:
+                    await _remembered(remembering, spin)
                 return 0
             text = line.strip()
             if not text:
                 continue
             if text.startswith("/"):
                 if text in ("/quit", "/exit"):
+                    with spin:
+                        await _remembered(remembering, spin)
                     return 0
                 if text == "/help":
                     print(CHAT_HELP, file=sys.stderr)
                 elif text == "/why":
-                    print(visible("\n".join(ranking_lines(last.memories)) if last and last.memories
-                                  else "no reply yet (or it used no memory)"))
+                    with spin:
+                        await _remembered(remembering, spin)
+                    print(visible("\n".join(await why_lines(memory, last))))
                 else:
                     print(f"unknown command {visible(text.split()[0])}: /help lists them", file=sys.stderr)
                 continue
-            last = await memory.respond(text, stream=args.stream, speaker=name, at=args.at)
+            with spin:
+                await _remembered(remembering, spin)
+                last = await memory.respond(text, stream=args.stream, speaker=name, at=args.at, defer_reply=True,
+                                            on_step=lambda step: spin.show(STEPS[step]))
+            remembering = asyncio.ensure_future(memory.reply_sent(last, []))
             if args.json:
                 print(json.dumps({"reply": last.text, "trace": last.trace_id,
                                   "memories": [scored_json(m, i) for i, m in enumerate(last.memories, 1)]}))
             else:
                 print(visible(f"{memory.name}: {last.text}"), flush=True)
     except (KeyboardInterrupt, asyncio.CancelledError):
+        spin.stop()
+        if remembering is not None:  # left pending: completed by the next command on this persona
+            remembering.cancel()
         if tty:
             print(file=sys.stderr)
         raise
+
+
+async def _remembered(remembering: asyncio.Future[None] | None, spin: Spinner) -> None:
+    """Wait for the last reply to be rated and embedded (it runs while the user reads and types)."""
+    if remembering is not None and not remembering.done():
+        spin.show(STEPS["remembering"])
+    if remembering is not None:
+        await remembering
 
 
 async def _read_line(prompt: str | None) -> str | None:
@@ -423,6 +449,9 @@ async def _read_line(prompt: str | None) -> str | None:
 
 async def cmd_eval(args: argparse.Namespace, persona: PersonaConfig) -> int:
     """Replay a labeled file per scoring profile; hit@k and recall@k, overall and per label."""
+    from memstream.evaluate import CachedChat, CachedEmbedder, ModelCache, evaluate, read_eval
+    from memstream.stream import connect_models
+
     lines = read_eval(Path(args.file))
     chat, embedder, client = connect_models(persona)
     beside = Path.cwd() if isinstance(persona.database, str) else persona.database.parent
@@ -461,6 +490,8 @@ def eval_lines(report: dict[str, Any], ks: Sequence[int]) -> list[str]:
 
 async def cmd_export(memory: MemoryStream, args: argparse.Namespace) -> int:
     """A data-access request (--author: one JSON document), or a stream as import lines (--stream)."""
+    from memstream.export import author_document, document_text, private_file, write_stream
+
     out = args.output
     with contextlib.ExitStack() as stack:
         handle = sys.stdout if out is None else stack.enter_context(private_file(out, force=args.force))
@@ -486,7 +517,7 @@ async def cmd_export(memory: MemoryStream, args: argparse.Namespace) -> int:
     return 0
 
 
-async def cmd_backup(args: argparse.Namespace, persona: PersonaConfig) -> int:
+async def cmd_backup(args: argparse.Namespace, persona: PersonaConfig, backup: Callable[..., int]) -> int:
     """A consistent copy of the persona's database, safe while the bot runs."""
     if isinstance(persona.database, str):
         raise ConfigError("backup copies a SQLite file; back up a PostgreSQL database with pg_dump, or copy it to a "
@@ -501,6 +532,8 @@ async def cmd_backup(args: argparse.Namespace, persona: PersonaConfig) -> int:
 
 async def cmd_salvage(args: argparse.Namespace) -> int:
     """Copy what can be read from a damaged database into a new one."""
+    from memstream.filecare import salvage
+
     report = await salvage(args.src, args.dest)
     lines = [f"salvaged into {args.dest}: " + ", ".join(f"{n} {table}" for table, n in report.copied.items())]
     for table, ids in report.unreadable.items():
@@ -516,6 +549,8 @@ async def cmd_salvage(args: argparse.Namespace) -> int:
 
 def _location(value: str) -> Path | str:
     """A copy's SRC or DST: a persona file's database, a postgresql:// URL, or a SQLite file."""
+    from memstream.location import is_database_url
+
     if is_database_url(value):
         return value
     if value.endswith(".toml"):
@@ -525,6 +560,9 @@ def _location(value: str) -> Path | str:
 
 async def cmd_copy(args: argparse.Namespace) -> int:
     """Copy a persona's memory between databases (SQLite <-> PostgreSQL), resumable, checked at the end."""
+    from memstream.store import Store
+    from memstream.transfer import copy_store, describe
+
     src, dst = _location(args.src), _location(args.dest)
     if isinstance(src, Path) and not src.exists():
         raise ConfigError(f"{src}: no such database file")
@@ -551,16 +589,7 @@ async def cmd_copy(args: argparse.Namespace) -> int:
 
 def _ranges(ids: Sequence[str]) -> str:
     """Ids as compact ranges: 3-7, 9."""
-    numbers = sorted(int(i) for i in ids)
-    parts: list[str] = []
-    start = prev = numbers[0]
-    for n in [*numbers[1:], None]:
-        if n is not None and n == prev + 1:
-            prev = n
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if n is not None:
-            start = prev = n
+    parts = compact_ranges(int(i) for i in ids)
     return ", ".join(parts[:20]) + (", ..." if len(parts) > 20 else "")
 
 
@@ -641,6 +670,8 @@ def _user_id(text: str) -> str:
 
 def _database(value: str) -> Path | str:
     """A --db value: a PostgreSQL URL as given, else a file path."""
+    from memstream.location import is_database_url
+
     return value if is_database_url(value) else Path(value)
 
 
@@ -653,6 +684,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "the persona's")
     common.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_argument("-v", "--verbose", action="store_true", help="log what happens")
+    common.add_argument("--local", action="store_true",
+                        help="no key at all: a tiny chat model and embeddings on this machine, and their own "
+                             "database beside the persona's (pip install 'memstream[local]'; for trying the "
+                             "pipeline, not for a real persona)")
     scoped = argparse.ArgumentParser(add_help=False)
     scoped.add_argument("--stream", type=_stream_key,
                         help=f"stream key, e.g. guild:123 or dm:456 (default: {DEFAULT_STREAM})")
@@ -780,6 +815,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def _run(args: argparse.Namespace) -> int:
+    if args.command in ("bot", "salvage", "doctor") and getattr(args, "local", False):
+        raise ConfigError(f"--local is for trying the pipeline from the terminal, not for {args.command}: for a "
+                          "real persona on this machine, point [models] base_url at Ollama (README)")
     if args.command == "bot":
         return await cmd_bot(args)
     if args.command == "salvage":
@@ -793,10 +831,35 @@ async def _run(args: argparse.Namespace) -> int:
     persona: PersonaConfig = load_persona(args.persona)
     if args.db is not None:
         persona = persona.with_database(args.db)
+    if not getattr(args, "local", False):
+        return await _run_persona(args, persona)
+    from memstream.local import running
+
+    serve = args.command == "eval" or COMMANDS.get(args.command, (cmd_stats, False))[1]
+    with Spinner(serve and spinner_wanted(args.json)) as spin:
+        spin.show("starting the local models")
+        say: Callable[[str], None] = lambda line: spin.note(visible(f"memstream: {line}"))  # noqa: E731
+        async with running(persona, serve=serve, database=args.db, say=say) as local:
+            spin.stop()
+            _say(f"local models: {local.models.agent} at {local.models.base_url} (a tiny model for trying the "
+                 f"pipeline), embeddings {local.models.embedding}; database {local.database}" if serve
+                 else f"local database: {local.database}")
+            return await _run_persona(args, local)
+
+
+def _say(line: str) -> None:
+    print(visible(f"memstream: {line}"), file=sys.stderr, flush=True)
+
+
+async def _run_persona(args: argparse.Namespace, persona: PersonaConfig) -> int:
     if getattr(args, "profile", None) and args.command == "recall":
+        from memstream.profiles import configured
+
         persona = dataclasses.replace(persona, memory=configured(persona.memory, args.profile))
     if args.command == "backup":
-        return await cmd_backup(args, persona)
+        from memstream.filecare import backup
+
+        return await cmd_backup(args, persona, backup)
     if args.command == "eval":
         return await cmd_eval(args, persona)
     if args.command == "web":  # aiohttp is imported only to serve
@@ -808,6 +871,8 @@ async def _run(args: argparse.Namespace) -> int:
         _forget_selection(args)
     clock: Clock = SystemClock() if getattr(args, "at", None) is None else FixedClock(args.at)
     fakes: dict[str, Any] = {} if needs_models else {"chat": _NoModels(), "embedder": _NoModels()}
+    from memstream.stream import MemoryStream
+
     memory = await MemoryStream.open(persona, clock=clock, **fakes)
     try:
         return await function(memory, args)

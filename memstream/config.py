@@ -7,6 +7,7 @@ environment variable that holds the API key does.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import tomllib
@@ -18,7 +19,7 @@ from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from memstream.errors import ConfigError
-from memstream.store.location import is_database_url, redact
+from memstream.location import is_database_url, redact
 
 __all__ = [
     "DiscordConfig",
@@ -35,6 +36,12 @@ PROFILE_NAMES = ("spec", "hybrid")
 # A profile's weights when the persona file does not set them (measured: README, "Retrieval over months").
 PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
     "hybrid": {"weight_recency": 0.05, "weight_importance": 0.2, "weight_relevance": 1.0},
+}
+# Not profiles a persona runs with: what `memstream eval` compares the profiles against (memstream.profiles).
+BASELINES: dict[str, dict[str, object]] = {
+    "relevance": {"profile": "spec", "weight_recency": 0.0, "weight_importance": 0.0, "weight_relevance": 1.0},
+    "lexical": {"profile": "hybrid", "weight_recency": 0.0, "weight_importance": 0.0, "weight_relevance": 1.0,
+                "lexical_weight": 1.0},
 }
 
 
@@ -97,6 +104,8 @@ class ModelConfig:
     embedding_dimensions: int | None = None
     timeout: float = 60.0
     max_retries: int = 2
+    # Fields added to each rating request, e.g. llama.cpp's {grammar = 'root ::= [1-9] | "10"'}.
+    rater_extra_body: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     def resolved_base_url(self, environ: Mapping[str, str] | None = None) -> str | None:
         """The base URL from the file, else OPENAI_BASE_URL, else None (OpenAI itself)."""
@@ -242,6 +251,13 @@ def _ids(value: object) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _request_fields(value: object) -> dict[str, Any]:
+    if not isinstance(value, dict) or {"model", "messages"} & set(value):
+        raise ValueError
+    json.dumps(value)  # sent as JSON: a TOML date is refused here (TypeError), not at the first request
+    return dict(value)
+
+
 def _zone(value: object) -> str:
     name = _text(value)
     try:
@@ -309,6 +325,8 @@ def _models(section: _Section) -> ModelConfig:
                                           "must be a whole number"),
         timeout=section.take("timeout", _number, d.timeout, "must be a number of seconds"),
         max_retries=section.take("max_retries", _whole, d.max_retries, "must be a whole number"),
+        rater_extra_body=section.take("rater_extra_body", _request_fields, d.rater_extra_body,
+                                      "must be a table of request fields other than model and messages"),
     )
     section.done(keys)
     if cfg.base_url and not cfg.base_url.startswith(("http://", "https://")):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
@@ -142,6 +143,10 @@ class SentenceTransformerEmbedder:
             from sentence_transformers import SentenceTransformer  # the optional `local` extra
         except ImportError as exc:
             raise ConfigError("a local embedding model needs: pip install 'memstream[local]'") from exc
+        with contextlib.suppress(ImportError):  # its progress bar would cut through the terminal's output
+            from transformers.utils import logging as transformers_logging
+
+            getattr(transformers_logging, "disable_progress_bar", lambda: None)()
         return cls(SentenceTransformer(_packaged(name_or_path), device="cpu"))
 
     async def embed_batch(self, texts: Sequence[str]) -> Matrix:

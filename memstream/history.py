@@ -16,8 +16,7 @@ from typing import Any
 
 from memstream.clock import sane_time
 from memstream.errors import ConfigError
-from memstream.records import Source
-from memstream.stream import Observation
+from memstream.records import Observation, Source
 from memstream.validate import check_text
 
 __all__ = ["HistoryFile", "parse_time", "read_dce", "read_history", "read_jsonl"]

@@ -155,15 +155,19 @@ def describe(client: openai.AsyncOpenAI, model: str) -> str:
 class OpenAIChat:
     """Chat completions through openai.AsyncOpenAI."""
 
-    def __init__(self, client: openai.AsyncOpenAI, *, temperature: float | None = None) -> None:
+    def __init__(self, client: openai.AsyncOpenAI, *, temperature: float | None = None,
+                 extra_body: Mapping[str, Any] | None = None) -> None:
         self.client = client
         self.temperature = temperature
+        # Fields the server understands beyond OpenAI's (llama.cpp's `grammar`), sent with every request.
+        self.extra_body = dict(extra_body or {})
 
     async def complete(self, prompt: str, *, model: str) -> Completion:
         """One user message in, the first choice's text out."""
         where = describe(self.client, model)
         if raw_requests():
-            body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": prompt}]}
+            body: dict[str, Any] = {**self.extra_body, "model": model,
+                                    "messages": [{"role": "user", "content": prompt}]}
             if self.temperature is not None:
                 body["temperature"] = self.temperature
             with map_provider_errors(CompletionError, where):
@@ -181,6 +185,7 @@ class OpenAIChat:
             raw = await self.client.chat.completions.with_raw_response.create(
                 model=model, messages=[{"role": "user", "content": prompt}],
                 temperature=openai.omit if self.temperature is None else self.temperature,
+                extra_body=self.extra_body or None,
             )
             response = raw.parse()
             if not response.choices:

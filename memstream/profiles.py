@@ -25,17 +25,11 @@ from dataclasses import fields, replace
 import numpy as np
 import numpy.typing as npt
 
-from memstream.config import PROFILE_NAMES, StreamConfig
+from memstream.config import BASELINES, PROFILE_NAMES, StreamConfig
 
 __all__ = ["BASELINES", "PROFILES", "configured", "min_max", "score_parts", "uses_lexical"]
 
 PROFILES = PROFILE_NAMES
-# Not profiles a persona runs with: what `memstream eval` compares the profiles against.
-BASELINES: dict[str, dict[str, object]] = {
-    "relevance": {"profile": "spec", "weight_recency": 0.0, "weight_importance": 0.0, "weight_relevance": 1.0},
-    "lexical": {"profile": "hybrid", "weight_recency": 0.0, "weight_importance": 0.0, "weight_relevance": 1.0,
-                "lexical_weight": 1.0},
-}
 _SCORING = ("profile", "weight_recency", "weight_importance", "weight_relevance", "recency_from", "lexical_weight")
 Floats = npt.NDArray[np.float64]
 

@@ -1,4 +1,5 @@
-"""Small records: a Memory, a ScoredMemory with its score parts, a Source, an evidence tree."""
+"""Small records: a Memory, a ScoredMemory with its score parts, a Source, an Observation to make, an evidence
+tree."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-__all__ = ["EvidenceNode", "Memory", "ScoredMemory", "Source"]
+__all__ = ["DEFAULT_STREAM", "EvidenceNode", "Memory", "Observation", "ScoredMemory", "Source"]
 
 Kind = Literal["observation", "reflection"]
+DEFAULT_STREAM = "default"
 
 
 @dataclass(frozen=True)
@@ -58,3 +60,14 @@ class EvidenceNode:
 
     memory: Memory
     evidence: tuple[EvidenceNode, ...] = ()
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Something to observe: text, when, in which stream, from where, and optionally its importance."""
+
+    text: str
+    stream: str = DEFAULT_STREAM
+    at: datetime | None = None
+    importance: int | None = None
+    source: Source = field(default_factory=Source)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -23,7 +23,7 @@ from memstream.llm import ChatModel, Completion, OpenAIChat, make_client
 from memstream.models import Models, RoleModel
 from memstream.profiles import uses_lexical
 from memstream.rate import Rater, Rating
-from memstream.records import EvidenceNode, Memory, ScoredMemory, Source
+from memstream.records import DEFAULT_STREAM, EvidenceNode, Memory, Observation, ScoredMemory, Source
 from memstream.reflect import Reflection, Reflector
 from memstream.retrieve import Retriever, RetrieverLike
 from memstream.store import NewMemory, Store, deferred_touches
@@ -33,20 +33,8 @@ from memstream.vectors import VectorIndex
 __all__ = ["DEFAULT_STREAM", "MemoryStream", "Observation", "Reply", "connect_models"]
 
 log = logging.getLogger("memstream")
-DEFAULT_STREAM = "default"
 ReflectionHook = Callable[[str], Awaitable[None]]
 ExplainedReply = tuple[dict[str, Any], list[tuple[dict[str, Any], Memory | None]]]
-
-
-@dataclass(frozen=True)
-class Observation:
-    """Something to observe: text, when, in which stream, from where, and optionally its importance."""
-
-    text: str
-    stream: str = DEFAULT_STREAM
-    at: datetime | None = None
-    importance: int | None = None
-    source: Source = field(default_factory=Source)
 
 
 @dataclass(frozen=True)
@@ -63,6 +51,10 @@ class Reply:
 def _check_importance(value: int | None) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10):
         raise ConfigError(f"importance must be a whole number from 1 to 10, got {value!r}")
+
+
+def _silent(step: str) -> None:
+    return None
 
 
 class _Unavailable:
@@ -135,9 +127,12 @@ class MemoryStream:
                    **options: Any) -> MemoryStream:
         """Open a persona's store and connect its models (OpenAI-compatible unless fakes are given)."""
         client = None
+        rater = chat
         if chat is None or embedder is None:
             made_chat, made_embedder, client = connect_models(persona, environ)
             chat, embedder = chat or made_chat, embedder or made_embedder
+            if rater is None and persona.models.rater_extra_body and client is not None:
+                rater = OpenAIChat(client, extra_body=persona.models.rater_extra_body)
         try:
             store = await Store.open(persona.database)
         except BaseException:
@@ -145,7 +140,7 @@ class MemoryStream:
                 await client.close()
             raise
         m = persona.models
-        memory = cls(store, embedder, rater=RoleModel(chat, m.rater), reflector=RoleModel(chat, m.reflector),
+        memory = cls(store, embedder, rater=RoleModel(rater or chat, m.rater), reflector=RoleModel(chat, m.reflector),
                      agent=RoleModel(chat, m.agent), name=persona.name, summary=persona.summary,
                      config=persona.memory, clock=clock, tz=persona.tz, **options)
         if client is not None:
@@ -422,7 +417,8 @@ class MemoryStream:
     async def respond(self, message: str, *, stream: str = DEFAULT_STREAM, situation: str | None = None,
                       speaker: str = "Someone", at: datetime | None = None, observe_message: bool = True,
                       source: Source | None = None, reply_source: Source | None = None,
-                      exclude_message: str | None = None, defer_reply: bool = False) -> Reply:
+                      exclude_message: str | None = None, defer_reply: bool = False,
+                      on_step: Callable[[str], None] | None = None) -> Reply:
         """Answer a message: observe it, retrieve for it, ask the agent model, remember the reply.
 
         The reply is stored at once, as a pending memory, with the trace of what it was built from; then it is
@@ -430,8 +426,10 @@ class MemoryStream:
         is never lost to it). With `defer_reply` that second step is the caller's, after the reply is out:
         `reply_sent` (or `reply_unsent` if it could not be delivered), so a reply waits for no model call but
         the agent's. The message's own memory never fills one of the k places (observed here, or already
-        stored from the Discord message `exclude_message`).
+        stored from the Discord message `exclude_message`). `on_step` hears each step as it starts
+        ("observing", "retrieving", "answering"), for whoever shows the wait.
         """
+        step = on_step or _silent
         when = at or self.clock.now()
         exclude: set[int] = set()
         incoming: Memory | None = None
@@ -440,10 +438,13 @@ class MemoryStream:
             if found is not None:
                 exclude.add(found)
         if observe_message:
+            step("observing")
             incoming = await self.observe(f"{speaker}: {message}", stream=stream, at=when, source=source)
             exclude.add(incoming.id)
+        step("retrieving")
         memories = await self.retriever.retrieve(message, stream=stream, at=when, exclude=exclude)
         situation = situation or f'{speaker} says to you: "{message}"'
+        step("answering")
         prompt, text = await self.agent.act(situation=situation, memories=memories, at=when, stream=stream)
         asked = source or Source()
         own: Memory | None = None

@@ -102,6 +102,11 @@ async def test_a_damaged_stream_is_reported_once_and_the_other_servers_are_still
 
     await world.drained()
 
+    async def settled() -> bool:  # the 400 observations crossed the threshold: let the reflections finish
+        return not (await world.memory.reflection_due(town) or await world.memory.reflection_due(other))
+
+    await until(settled, "the due reflections to run", timeout=30.0)
+
     async def checkpointed() -> bool:  # everything into the main file, where the damage goes
         side = sqlite_module().connect(store.path)
         try:
@@ -109,7 +114,7 @@ async def test_a_damaged_stream_is_reported_once_and_the_other_servers_are_still
         finally:
             side.close()
 
-    await until(checkpointed, "the log to be checkpointed")
+    await until(checkpointed, "the log to be checkpointed", timeout=30.0)
     _damage_page_holding(Path(store.path), b"town memory 100")  # a page of the town's memories goes bad
     world.memory.index.drop(town)  # what it had loaded is gone: the next retrieval reads the file
     world.memory.index.drop(other)
