@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import shutil
 import tempfile
 import warnings
 from collections.abc import Iterator
@@ -48,6 +49,7 @@ def server() -> Iterator[str]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             handle.cleanup()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def make_template(admin: str) -> None:
