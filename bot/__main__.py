@@ -26,6 +26,7 @@ from bot.bot import OneLineReconnects, PersonaBot, make_bot
 from bot.sharding import COUNT_ENV, SHARDS_ENV, parse_shards
 from memstream import ConfigError, MemoryStream, MemstreamError, load_persona
 from memstream.exits import exit_status
+from memstream.location import is_database_url
 from memstream.terminal import visible
 
 __all__ = ["add_shard_arguments", "configure_logging", "main", "run", "settle_memory"]
@@ -91,7 +92,7 @@ async def run(args: argparse.Namespace) -> int:
     shards = parse_shards(getattr(args, "shard_count", None), getattr(args, "shards", None), os.environ)
     persona = load_persona(args.persona)
     if getattr(args, "db", None) is not None:
-        persona = persona.with_database(Path(args.db))
+        persona = persona.with_database(args.db if is_database_url(args.db) else Path(args.db))
     token = os.environ.get(persona.discord.token_env, "").strip()
     if not token:
         raise ConfigError(f"{persona.discord.token_env} is not set: create a bot at "
@@ -128,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """`python -m bot`."""
     parser = argparse.ArgumentParser(prog="python -m bot", description="Run a memstream persona on Discord.")
     parser.add_argument("--persona", default=os.environ.get("MEMSTREAM_PERSONA", "personas/isabella.toml"))
-    parser.add_argument("--db", type=Path, help="use this database file instead of the persona's")
+    parser.add_argument("--db", help="use this database (a file, or a postgresql:// URL) instead of the persona's")
     parser.add_argument("-v", "--verbose", action="store_true")
     add_shard_arguments(parser)
     args = parser.parse_args(argv)
