@@ -14,6 +14,7 @@ import psycopg
 
 from memstream.store.postgres.connection import connect, mapped_errors
 from memstream.store.postgres.traces import Traces
+from memstream.store.walks import CascadeWalk
 
 __all__ = ["Deletion"]
 
@@ -30,7 +31,7 @@ def _removed(cutoff: int, xid: int) -> bool:
     return 0 < (cutoff - xid) % 2**32 < 2**31
 
 
-class Deletion(Traces):
+class Deletion(CascadeWalk, Traces):
     """Deleting memories, what depends on them, and whole streams; scrubbing the tables after."""
 
     async def delete(self, ids: Iterable[int], *, messages: Sequence[str] = (),
@@ -39,14 +40,8 @@ class Deletion(Traces):
         to answer one (with its trace, whose query is the message's text). Traces answering the Discord
         `messages`, or anything the (stream, author id) `author` said, go too, stored as memories or not.
         Memories in `keep` stay (an edited message: only what was drawn from its old text goes)."""
-        doomed: set[int] = set()
         async with self.transaction():
-            frontier = set(ids) | await self._drop_traces(messages, author)
-            while frontier:
-                doomed |= frontier
-                frontier = (await self._citing(frontier) | await self._replies_to(frontier)
-                            | await self._replies_using(frontier)) - doomed
-            ordered = sorted(doomed - set(keep))
+            ordered = await self._doomed(ids, messages, author, keep)
             await self._lock(await self._streams_of(ordered))
             rows = await self._rows("DELETE FROM memories WHERE id = ANY(%s) RETURNING stream", (ordered,))
             await self._bump(row[0] for row in rows)

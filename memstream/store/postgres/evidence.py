@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from memstream.records import EvidenceNode, Memory
 from memstream.store.postgres.loading import Loading
 from memstream.store.records import NewMemory
+from memstream.store.walks import EvidenceWalk
 
 __all__ = ["Evidence"]
 
 
-class Evidence(Loading):
+class Evidence(EvidenceWalk, Loading):
     """Saving reflections and reading their evidence."""
 
     async def save_reflection(self, stream: str, insights: Sequence[tuple[NewMemory, Sequence[int]]],
@@ -43,15 +43,3 @@ class Evidence(Loading):
                                 (reflection_id,))
         return [int(row[0]) for row in rows]
 
-    async def evidence_tree(self, memory_id: int, *, stream: str | None = None) -> EvidenceNode:
-        """A memory with its evidence, down to observations."""
-        memory = await self.get(memory_id, stream=stream)
-        return await self._tree(memory, set())
-
-    async def _tree(self, memory: Memory, seen: set[int]) -> EvidenceNode:
-        if memory.kind != "reflection" or memory.id in seen:
-            return EvidenceNode(memory)
-        cited = await self.evidence(memory.id)
-        found = await self.get_many(cited)
-        children = [await self._tree(found[i], seen | {memory.id}) for i in cited if i in found]
-        return EvidenceNode(memory, tuple(children))

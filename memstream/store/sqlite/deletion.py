@@ -6,11 +6,12 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from memstream.store.sqlite.traces import Traces
+from memstream.store.walks import CascadeWalk
 
 __all__ = ["Deletion"]
 
 
-class Deletion(Traces):
+class Deletion(CascadeWalk, Traces):
     """Deleting memories, what depends on them, and whole streams."""
 
     async def delete(self, ids: Iterable[int], *, messages: Sequence[str] = (),
@@ -19,14 +20,8 @@ class Deletion(Traces):
         to answer one (with its trace, whose query is the message's text). Traces answering the Discord
         `messages`, or anything the (stream, author id) `author` said, go too, stored as memories or not.
         Memories in `keep` stay (an edited message: only what was drawn from its old text goes)."""
-        doomed: set[int] = set()
         async with self.transaction():
-            frontier = set(ids) | await self._drop_traces(messages, author)
-            while frontier:
-                doomed |= frontier
-                frontier = (await self._citing(frontier) | await self._replies_to(frontier)
-                            | await self._replies_using(frontier)) - doomed
-            ordered = sorted(doomed - set(keep))
+            ordered = await self._doomed(ids, messages, author, keep)
             for start in range(0, len(ordered), 500):
                 chunk = ordered[start:start + 500]
                 marks = ",".join("?" * len(chunk))
