@@ -13,8 +13,9 @@ options (profiles.py) are scored from the same float32 pass over the matrix, in 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -28,7 +29,7 @@ from memstream.config import StreamConfig
 from memstream.errors import StoreError
 from memstream.models import Models
 from memstream.profiles import min_max, score_parts
-from memstream.records import ScoredMemory
+from memstream.records import Memory, ScoredMemory
 from memstream.store import Store
 from memstream.vectors import StreamVectors, VectorIndex
 
@@ -450,16 +451,30 @@ class Retriever:
 
     async def retrieve(self, query: str, *, stream: str, k: int | None = None, at: datetime | None = None,
                        exclude: Collection[int] = ()) -> list[ScoredMemory]:
-        """The top k memories for `query` (leaving out `exclude`); their last access becomes now."""
+        """The top k memories for `query` (leaving out `exclude`); their last access becomes now.
+
+        Two hops to the store besides the ranking: its check for other processes' writes, then one write that
+        reads the winners, touches them and counts the query's embedding call (`Store.retrieved`)."""
         limit = k or self.config.k
-        embedded = await self.models.embed([query], stream=stream)
-        found = await self._ranked(embedded[0], stream, limit + len(exclude), at, query)
-        found = [item for item in found if item[0].memory.id not in exclude][:limit]
         now = to_timestamp(at or self.clock.now())
-        ids = [item.memory.id for item, _ in found]
-        await self.store.touch(ids, now)
-        await self.index.touch(stream, ids, now, rows=[row for _, row in found])
-        return [item for item, _ in found]
+        try:
+            with self.models.deferred_usage():  # counted in memory here, written with the touch
+                embedded = await self.models.embed([query], stream=stream)
+            ids, ranked = await self._ranked(embedded[0], stream, limit + len(exclude), at, query)
+            chosen = [i for i, memory_id in enumerate(ids) if memory_id not in exclude][:limit]
+            usage = self.models.take_usage()
+            try:
+                found = await self.store.retrieved([ids[i] for i in chosen], now, usage=usage)
+            except BaseException:
+                self.models.restore_usage(usage)
+                raise
+        except BaseException:
+            with contextlib.suppress(StoreError):  # what was counted (a failed call too) is kept; the first error
+                await self.models.flush_usage()    # is the one to report
+            raise
+        items = _scored(ids, ranked, found, chosen)
+        await self.index.touch(stream, [item.memory.id for item, _ in items], now, rows=[row for _, row in items])
+        return [item for item, _ in items]
 
     async def explain(self, query: str, *, stream: str, k: int | None = None,
                       at: datetime | None = None) -> list[ScoredMemory]:
@@ -470,25 +485,31 @@ class Retriever:
     async def explain_vector(self, query: npt.NDArray[np.float32], *, stream: str, k: int | None = None,
                              at: datetime | None = None, text: str | None = None) -> list[ScoredMemory]:
         """Rank by an already embedded query (and its `text`, for lexical relevance), read-only."""
-        return [item for item, _ in await self._ranked(query, stream, k or self.config.k, at, text)]
+        ids, ranked = await self._ranked(query, stream, k or self.config.k, at, text)
+        found = await self.store.get_many(ids)
+        return [item for item, _ in _scored(ids, ranked, found, range(len(ids)))]
 
     async def _ranked(self, query: npt.NDArray[np.float32], stream: str, k: int,
-                      at: datetime | None, text: str | None = None) -> list[tuple[ScoredMemory, int]]:
+                      at: datetime | None, text: str | None = None) -> tuple[list[int], Ranked]:
+        """The top k of a stream: their ids, and their rows and score parts."""
         now = to_timestamp(at or self.clock.now())
         async with self.index.locked(stream) as vectors:
             if vectors.n == 0:
-                return []
+                return [], rank(vectors, query, now, self.config, 0)
             if query.shape[-1] != vectors.dim:
                 raise StoreError(f"the query has {query.shape[-1]} dimensions, the stream {vectors.dim}")
             if vectors.n >= _THREAD_ROWS:
                 ranked = await asyncio.to_thread(rank, vectors, query, now, self.config, k, text=text)
             else:
                 ranked = rank(vectors, query, now, self.config, k, text=text)
-            ids = vectors.ids[ranked.rows].tolist()
-        found = await self.store.get_many(ids)
-        return [
-            (ScoredMemory(found[memory_id], float(ranked.score[i]), float(ranked.recency[i]),
-                          float(ranked.importance[i]), float(ranked.relevance[i]), float(ranked.cosine[i])),
-             int(ranked.rows[i]))
-            for i, memory_id in enumerate(ids) if memory_id in found
-        ]
+            return vectors.ids[ranked.rows].tolist(), ranked
+
+
+def _scored(ids: Sequence[int], ranked: Ranked, found: dict[int, Memory],
+            chosen: Iterable[int]) -> list[tuple[ScoredMemory, int]]:
+    """The chosen places of a ranking as scored memories (with their rows), leaving out memories not found."""
+    return [
+        (ScoredMemory(found[ids[i]], float(ranked.score[i]), float(ranked.recency[i]), float(ranked.importance[i]),
+                      float(ranked.relevance[i]), float(ranked.cosine[i])), int(ranked.rows[i]))
+        for i in chosen if ids[i] in found
+    ]

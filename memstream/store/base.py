@@ -101,6 +101,12 @@ class Store(Protocol):
         """Set these memories' last access to `at`; inside deferred_touches() only collect it."""
         ...
 
+    async def retrieved(self, ids: Sequence[int], at: float, *, usage: Sequence[UsageRow] = ()) -> dict[int, Memory]:
+        """What a retrieval returns, at the cost of one write: the memories by id (missing ones left out, each as
+        read before this call), their last access set to `at` as by `touch`, and `usage` added as by
+        `record_usage_many`, all in one transaction."""
+        ...
+
     # -- reading memories
 
     async def get(self, memory_id: int, *, stream: str | None = None) -> Memory:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from memstream.clock import to_timestamp
 from memstream.config import StreamConfig
 from memstream.embed import normalize_rows
-from memstream.errors import StoreError
+from memstream.errors import ProviderError, StoreError
 from memstream.retrieve import min_max, rank, rank_reference
 from memstream.store import StreamArrays
 from memstream.testing import FakeClock, FakeEmbedder
@@ -277,3 +277,19 @@ async def test_a_query_of_another_dimension_is_a_store_error(make_memory: MakeMe
     await memory.observe("something", importance=5)
     with pytest.raises(StoreError, match="dimensions"):
         await memory.retriever.explain_vector(np.ones(5, dtype=np.float32), stream="default")
+
+
+async def test_each_retrieval_counts_its_embedding_call_once_failed_ones_too(make_memory: MakeMemory,
+                                                                             embedder: FakeEmbedder) -> None:
+    memory = make_memory()
+    await memory.observe("Maria painted a portrait", importance=4)
+    before = (await memory.store.usage("default"))["embedding"]
+    for _ in range(3):
+        await memory.retrieve("what did Maria paint?")
+    after = (await memory.store.usage("default"))["embedding"]
+    assert after["calls"] - before["calls"] == 3
+    embedder.fail_with = ProviderError("the embedding server is down")
+    with pytest.raises(ProviderError):
+        await memory.retrieve("what did Maria paint?")
+    failed = (await memory.store.usage("default"))["embedding"]
+    assert (failed["calls"] - after["calls"], failed["failures"] - after["failures"]) == (1, 1)

@@ -13,7 +13,7 @@ import pytest
 from memstream.clock import to_timestamp
 from memstream.errors import MemoryNotFound, MigrationError, StoreError
 from memstream.records import Source
-from memstream.store import NewMemory, Store, all_migrations, sqlite_module
+from memstream.store import NewMemory, Store, all_migrations, deferred_touches, sqlite_module
 from tests.memstream.helpers import run_sql
 
 MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
@@ -319,3 +319,33 @@ async def test_new_files_are_private_and_existing_ones_keep_their_mode(tmp_path:
     async with await Store.open(shared):
         pass
     assert stat.S_IMODE(os.stat(shared).st_mode) == 0o640
+
+
+async def test_what_a_retrieval_returns_is_read_touched_and_counted_in_one_write(store: Store) -> None:
+    a, b, c = await store.insert([observation(t) for t in ("a", "b", "c")])
+    embedding = [("default", "embedding", 1, 0, 7, 0, 0)]
+    found = await store.retrieved([b, a, c + 100], T0 + 3600, usage=embedding)
+    assert sorted(found) == [a, b]  # the missing id left out
+    assert {to_timestamp(m.last_accessed_at) for m in found.values()} == {T0}  # as read before the touch
+    touched = await store.get_many([a, b, c])
+    assert [to_timestamp(touched[i].last_accessed_at) for i in (a, b, c)] == [T0 + 3600, T0 + 3600, T0]
+    assert (await store.usage("default"))["embedding"]["prompt_tokens"] == 7
+    with pytest.raises(RuntimeError):  # joined to an enclosing transaction: undone with it
+        async with store.transaction():
+            await store.retrieved([c], T0 + 7200, usage=embedding)
+            raise RuntimeError("boom")
+    assert to_timestamp((await store.get(c)).last_accessed_at) == T0
+    assert (await store.usage("default"))["embedding"]["calls"] == 1
+    with deferred_touches() as collected:  # a reflection's retrievals: collected, written with its insights
+        assert sorted(await store.retrieved([c, a], T0 + 9000)) == [a, c]
+    assert collected == {c: T0 + 9000, a: T0 + 9000}
+    assert to_timestamp((await store.get(c)).last_accessed_at) == T0
+    assert await store.retrieved([], T0) == {}
+
+
+async def test_a_retrieval_of_more_ids_than_one_statement_holds(store: Store) -> None:
+    ids = await store.insert([observation(f"m{n}") for n in range(1200)])
+    found = await store.retrieved(ids[::-1], T0 + 60, usage=[("default", "embedding", 1, 0, 0, 0, 0)])
+    assert sorted(found) == ids
+    assert {to_timestamp(m.last_accessed_at) for m in (await store.get_many(ids)).values()} == {T0 + 60}
+    assert (await store.usage("default"))["embedding"]["calls"] == 1

@@ -190,6 +190,15 @@ class Rows(Counters):
                                         "RETURNING stream", (at, sorted(set(ids))))
                 await self._bump(row[0] for row in rows)
 
+    async def retrieved(self, ids: Sequence[int], at: float, *, usage: Sequence[UsageRow] = ()) -> dict[int, Memory]:
+        """The memories a retrieval returns, by id (missing ones left out, as read before the touch); their last
+        access becomes `at` (collected inside `deferred_touches()`) and `usage` is added, in one transaction."""
+        async with self.transaction():
+            found = await self.get_many(ids)
+            await self.touch(list(found), at)
+            await self.record_usage_many(usage)
+        return found
+
     async def _streams_of(self, ids: Iterable[int]) -> list[str]:
         """The streams of these memories (to lock them before writing to the memories)."""
         rows = await self._rows("SELECT DISTINCT stream FROM memories WHERE id = ANY(%s)", (sorted(set(ids)),))

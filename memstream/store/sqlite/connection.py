@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import aiosqlite
 
@@ -20,11 +21,13 @@ from memstream.errors import StoreDamaged, StoreError, StoreFull, StoreLocked, S
 
 __all__ = ["BUSY_TIMEOUT_MS", "LOCK_WAIT_SECONDS", "Connection", "store_error"]
 
+T = TypeVar("T")
+
 # How long one statement waits inside SQLite for another connection's lock.
 BUSY_TIMEOUT_MS = 5000
 # How long a statement is tried again, in all, while another process holds the database.
 LOCK_WAIT_SECONDS = 30.0
-_RETRYABLE = {"execute", "executemany", "_execute_fetchall"}
+_RETRYABLE = {"execute", "executemany", "_execute_fetchall", "hop"}
 
 
 def _kind(exc: BaseException) -> str:
@@ -92,6 +95,16 @@ class Connection(aiosqlite.Connection):
                     await asyncio.sleep(0.1)
                     continue
                 raise store_error(exc, self.path, waited=max(waited, BUSY_TIMEOUT_MS / 1000)) from exc
+
+    async def run(self, fn: Callable[[Any], T]) -> T:
+        """`fn(the SQLite connection)` on SQLite's thread: several statements for one hop there instead of one
+        each. A locked database is waited out as for one statement (when fn leaves no transaction open: one it
+        began, it must roll back on an error)."""
+        def hop(conn: Any) -> T:
+            return fn(conn)
+
+        result: T = await self._execute(hop, self._conn)
+        return result
 
     def _may_retry(self, fn: Any, args: tuple[Any, ...]) -> bool:
         if getattr(fn, "__name__", "") not in _RETRYABLE:

@@ -11,11 +11,11 @@ import contextlib
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
-import aiosqlite
 import numpy as np
 import numpy.typing as npt
 
 from memstream.errors import StoreError
+from memstream.store.sqlite.connection import Connection
 
 __all__ = ["Core"]
 
@@ -23,7 +23,7 @@ __all__ = ["Core"]
 class Core:
     """A connection to one persona's SQLite file, its transactions and its meta table."""
 
-    def __init__(self, conn: aiosqlite.Connection, path: str, *, load_processes: int | None = None) -> None:
+    def __init__(self, conn: Connection, path: str, *, load_processes: int | None = None) -> None:
         self.conn, self.path = conn, path
         # Processes that read a stream's rows at load: None picks (several for a large stream), 1 never.
         self.load_processes = load_processes

@@ -10,10 +10,15 @@ from memstream.clock import from_timestamp
 from memstream.store.records import UsageRow
 from memstream.store.sqlite.migrate import Migrations
 
-__all__ = ["Counters"]
+__all__ = ["DAILY_USAGE", "USAGE", "Counters"]
 
+# Usage rows (stream, role, calls, failures, prompt tokens, completion tokens, retries) added to the totals.
+USAGE = ("INSERT INTO model_usage (stream, role, calls, failures, prompt_tokens, completion_tokens, retries) "
+         "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (stream, role) DO UPDATE SET calls = calls + excluded.calls, "
+         "failures = failures + excluded.failures, prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
+         "completion_tokens = completion_tokens + excluded.completion_tokens, retries = retries + excluded.retries")
 # A model call also counts in its UTC day's row (the wall clock's day: when the call was made, even in a replay).
-_DAILY_USAGE = ("INSERT INTO model_usage_daily (stream, role, day, calls, failures, prompt_tokens, completion_tokens, "
+DAILY_USAGE = ("INSERT INTO model_usage_daily (stream, role, day, calls, failures, prompt_tokens, completion_tokens, "
                 "retries) VALUES (?1, ?2, CAST(strftime('%s', 'now') AS INTEGER) / 86400 * 86400, ?3, ?4, ?5, ?6, ?7) "
                 "ON CONFLICT (stream, role, day) DO UPDATE SET calls = calls + excluded.calls, "
                 "failures = failures + excluded.failures, prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
@@ -67,16 +72,9 @@ class Counters(Migrations):
     async def record_usage(self, stream: str, role: str, *, calls: int = 1, failures: int = 0,
                            prompt_tokens: int = 0, completion_tokens: int = 0, retries: int = 0) -> None:
         """Count model calls (failed ones, and retries the client made) and tokens per stream and role."""
-        await self.conn.execute(
-            "INSERT INTO model_usage (stream, role, calls, failures, prompt_tokens, completion_tokens, retries) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (stream, role) DO UPDATE SET calls = calls + excluded.calls, "
-            "failures = failures + excluded.failures, prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
-            "completion_tokens = completion_tokens + excluded.completion_tokens, "
-            "retries = retries + excluded.retries",
-            (stream, role, calls, failures, prompt_tokens, completion_tokens, retries),
-        )
-        await self.conn.execute(_DAILY_USAGE,
-                                (stream, role, calls, failures, prompt_tokens, completion_tokens, retries))
+        row = (stream, role, calls, failures, prompt_tokens, completion_tokens, retries)
+        await self.conn.execute(USAGE, row)
+        await self.conn.execute(DAILY_USAGE, row)
 
     async def count_fault(self, stream: str, kind: str, count: int = 1) -> None:
         """Count a degraded outcome (rating_fallback, insight_dropped, questions_trimmed, ...)."""
@@ -108,15 +106,8 @@ class Counters(Migrations):
     async def record_usage_many(self, rows: Sequence[UsageRow]) -> None:
         """Add many (stream, role, calls, failures, prompt tokens, completion tokens, retries) rows at once."""
         if rows:
-            await self.conn.executemany(
-                "INSERT INTO model_usage (stream, role, calls, failures, prompt_tokens, completion_tokens, retries) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (stream, role) DO UPDATE SET "
-                "calls = calls + excluded.calls, failures = failures + excluded.failures, "
-                "prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
-                "completion_tokens = completion_tokens + excluded.completion_tokens, "
-                "retries = retries + excluded.retries", list(rows),
-            )
-            await self.conn.executemany(_DAILY_USAGE, list(rows))
+            await self.conn.executemany(USAGE, list(rows))
+            await self.conn.executemany(DAILY_USAGE, list(rows))
 
     async def usage(self, stream: str | None = None) -> dict[str, dict[str, int]]:
         """Model calls and tokens per role (one stream, or all)."""

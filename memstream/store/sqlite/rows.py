@@ -13,7 +13,7 @@ from memstream.errors import MemoryNotFound
 from memstream.records import Memory, Source
 from memstream.store.policy import RETRY_BASE_SECONDS, RETRY_CAP_SECONDS, collected_touches
 from memstream.store.records import NewMemory, UsageRow
-from memstream.store.sqlite.counters import Counters
+from memstream.store.sqlite.counters import DAILY_USAGE, USAGE, Counters
 
 __all__ = ["Rows", "to_blob"]
 
@@ -200,6 +200,50 @@ class Rows(Counters):
         elif ids:
             await self.conn.executemany("UPDATE memories SET last_accessed_at = ? WHERE id = ?",
                                         [(at, i) for i in ids])
+
+    async def retrieved(self, ids: Sequence[int], at: float, *, usage: Sequence[UsageRow] = ()) -> dict[int, Memory]:
+        """The memories a retrieval returns, by id (missing ones left out, the rest as they were read, before
+        the touch); their last access becomes `at` (collected inside `deferred_touches()`, as `touch`) and
+        `usage` is added, in one write: all of it one hop to SQLite's thread."""
+        ids = [int(i) for i in ids]
+        if len(ids) > 500:  # more than one statement's worth of ids: the plain calls, one write
+            async with self.transaction():
+                found = await self.get_many(ids)
+                await self.touch(ids, at)
+                await self.record_usage_many(usage)
+            return found
+        collected = collected_touches()
+        if collected is not None:
+            for memory_id in ids:
+                collected[memory_id] = max(at, collected.get(memory_id, at))
+        touching = ids if collected is None else []
+        marks = ",".join("?" * len(ids))
+        usage = list(usage)
+
+        def read_and_write(conn: Any) -> list[Any]:
+            rows = conn.execute(f"SELECT {_COLUMNS} FROM memories WHERE id IN ({marks})", ids).fetchall()
+            if not (touching and rows) and not usage:
+                return list(rows)
+            began = not conn.in_transaction  # else another task's open transaction: joined, as by `touch`
+            if began:
+                conn.execute("BEGIN IMMEDIATE")
+            try:
+                if touching and rows:
+                    conn.execute(f"UPDATE memories SET last_accessed_at = ? WHERE id IN ({marks})", [at, *touching])
+                if usage:
+                    conn.executemany(USAGE, usage)
+                    conn.executemany(DAILY_USAGE, usage)
+                if began:
+                    conn.execute("COMMIT")
+            except BaseException:
+                if began and conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            return list(rows)
+
+        if not ids and not usage:
+            return {}
+        return {int(row[0]): _memory(row) for row in await self.conn.run(read_and_write)}
 
     async def get(self, memory_id: int, *, stream: str | None = None) -> Memory:
         """One memory by id (restricted to `stream` when given)."""
