@@ -194,6 +194,15 @@ async def test_pending_memories_of_some_streams_only(store: Store) -> None:
     assert len(await store.pending_memories(10_000)) == 2400
 
 
+async def test_pending_memories_a_closed_store_left_are_the_next_ones_at_once(database: Path | str) -> None:
+    # A restart: the bot's start-up pass retries every pending memory the last process left (deferred, or cut off
+    # by the shutdown) at once, not only when a claim of the process that is gone would have run out.
+    async with await Store.open(database) as before:
+        ids = await before.insert([observation(f"deferred {n}", importance=None) for n in range(3)])
+    async with await Store.open(database) as after:
+        assert [m.id for m in await after.pending_memories(claim=True)] == ids
+
+
 async def test_a_failed_transaction_writes_nothing(store: Store) -> None:
     with pytest.raises(RuntimeError):
         async with store.transaction():
