@@ -132,9 +132,10 @@ class Store(Protocol):
                                streams: Sequence[str] | None = None, claim: bool = False) -> list[Memory]:
         """Pending memories, oldest (smallest id) first; with `due_at`, only those whose retry is due; with
         `streams`, only those of these streams (any number of them). With `claim`, the memories returned
-        are this process's to complete for a while: another process's call (with `claim`) skips them, so
-        two processes never work on one pending memory (SQLite: one process writes a file at a time, and
-        completing twice is refused anyway; claim changes nothing there)."""
+        are this process's to complete while it is there (a while at most): another process's call (with
+        `claim`) skips them, so two processes never work on one pending memory, and a process started after
+        this one ended gets them at once (SQLite: one process writes a file at a time, and completing twice
+        is refused anyway; claim changes nothing there)."""
         ...
 
     async def find_message(self, stream: str, message_id: str) -> int | None:

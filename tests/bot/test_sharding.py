@@ -10,7 +10,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,12 +32,14 @@ COUNT = 4
 PROCESSES = {"a": "0-1", "b": "2,3"}
 
 
-@pytest.fixture(params=["sqlite"])
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """The `[persona] database` both processes share: a SQLite file (WAL) on this machine. A PostgreSQL URL
-    joins here as a second parameter once that backend exists."""
-    assert request.param == "sqlite"
-    yield str(tmp_path / "isabella.db")
+@pytest.fixture(params=["sqlite", "postgres"])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The `[persona] database` both processes share: a SQLite file (WAL) on this machine, or a fresh
+    PostgreSQL database of the test's own."""
+    if request.param == "sqlite":
+        return str(tmp_path / "isabella.db")
+    url: str = request.getfixturevalue("postgres_url")
+    return url
 
 
 @dataclass

@@ -18,6 +18,7 @@ from memstream.errors import StoreError
 from memstream.records import Source
 from memstream.retrieve import rank
 from memstream.store import NewMemory, Store
+from memstream.store.postgres.migrate import postgres_migrations
 from memstream.vectors import StreamVectors
 from tests.memstream.helpers import run_sql
 
@@ -145,6 +146,45 @@ async def test_a_failed_attempt_lets_another_process_try(postgres_url: str) -> N
     finally:
         await a.close()
         await b.close()
+
+
+# A process that claims pending work (by inserting it) and is then killed: no close, no goodbye.
+_HOLDER = """
+import asyncio, sys
+from memstream.store import NewMemory, Store
+async def main():
+    store = await Store.open(sys.argv[1])
+    ids = await store.insert([NewMemory(stream="s", kind="observation", text=f"p{i}", created_at=0.0)
+                              for i in range(3)])
+    print(*ids, flush=True)
+    await asyncio.sleep(3600)
+asyncio.run(main())
+"""
+
+
+async def test_the_claims_of_a_killed_process_are_free_as_soon_as_it_is_gone(postgres_url: str) -> None:
+    # PostgreSQL ends a killed process's sessions, and with them its presence lock: the next process (a restart)
+    # retries its pending work at once, not after CLAIM_SECONDS.
+    holder = await asyncio.create_subprocess_exec(sys.executable, "-c", _HOLDER, postgres_url,
+                                                  stdout=asyncio.subprocess.PIPE)
+    try:
+        assert holder.stdout is not None
+        ids = [int(x) for x in (await asyncio.wait_for(holder.stdout.readline(), 60)).split()]
+        assert len(ids) == 3
+        async with await Store.open(postgres_url) as other:
+            assert await other.pending_memories(claim=True) == []  # the holder is there: its claims stand
+            holder.kill()
+            await holder.wait()
+            claimed = []
+            for _ in range(200):  # the server sees the connection close within milliseconds
+                if claimed := await other.pending_memories(claim=True):
+                    break
+                await asyncio.sleep(0.05)
+            assert [m.id for m in claimed] == ids
+    finally:
+        if holder.returncode is None:
+            holder.kill()
+            await holder.wait()
 
 
 async def test_one_process_reflects_on_a_stream_at_a_time(postgres_url: str) -> None:
@@ -300,7 +340,8 @@ async def test_processes_starting_at_once_migrate_once(postgres_server: str) -> 
         for store in stores:
             await store.close()
         async with await Store.open(url) as store:
-            assert await run_sql(store, "SELECT version FROM schema_migrations ORDER BY version") == [(1,), (2,)]
+            assert await run_sql(store, "SELECT version FROM schema_migrations ORDER BY version") == [
+                (m.version,) for m in postgres_migrations()]
     finally:
         postgres.drop(postgres_server, url)
 

@@ -117,6 +117,32 @@ async def test_a_deleted_message_takes_its_trace_reply_and_insights_even_if_neve
 
 
 @pytest.mark.sqlite_only
+async def test_a_scrub_beside_another_tasks_write_waits_for_it_and_leaves_no_byte(memory: MemoryStream,
+                                                                                db: Path) -> None:
+    # The bot forgets a deleted message while another task of the process (storing messages, a reflection)
+    # is in the middle of a write transaction on the same store: the scrub waits for it, neither fails.
+    await _klaus_talks(memory)
+    store = memory.store
+    await store.delete(await store.by_author(STREAM, "7"), author=(STREAM, "7"))
+    writing = asyncio.Event()
+
+    async def write() -> None:
+        async with store.transaction():
+            await store.insert([NewMemory(stream="guild:2", kind="observation", text="stored meanwhile",
+                                          created_at=1.7e9, importance=3, importance_source="given",
+                                          embedding=(await FakeEmbedder().embed_batch(["x"]))[0])])
+            writing.set()
+            await asyncio.sleep(0.2)  # still open while the scrub starts
+
+    writer = asyncio.create_task(write())
+    await writing.wait()
+    assert await store.scrub()
+    await writer
+    assert [m.text for m in await memory.recent("guild:2")] == ["stored meanwhile"]
+    assert leftovers(db, SECRET, LONG_SECRET) == []
+
+
+@pytest.mark.sqlite_only
 async def test_an_edit_leaves_no_copy_of_the_text_before_it(memory: MemoryStream, db: Path) -> None:
     await memory.observe_many([Observation(f"Klaus: oops {SECRET}", STREAM, source=Source(message_id="m1"))])
     assert leftovers(db, SECRET)

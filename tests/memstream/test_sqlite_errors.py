@@ -22,6 +22,7 @@ from memstream import (
     StreamConfig,
     cli,
 )
+from memstream.store import sqlite_module
 from memstream.store.sqlite import connection as _sqlite
 from memstream.store.sqlite import store as store_module
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
@@ -157,3 +158,32 @@ async def test_a_real_full_disk_mid_burst_keeps_what_was_stored_and_resumes_when
         assert (await store.get(first.id)).text == "stored while there was room"
         async with store.conn.execute("PRAGMA integrity_check") as cursor:
             assert (await cursor.fetchone())[0] == "ok"
+
+
+async def test_a_batch_write_leaves_no_statement_behind_for_a_dropped_cursor_to_reset(tmp_path: Path) -> None:
+    # aiosqlite hands back each executemany's cursor, which still held the statement; dropped in the event loop's
+    # thread, pysqlite3 reset the statement from there, possibly while another write of the same SQL was running
+    # it in the connection's thread: that statement was left half-run, and the next batch write of that SQL
+    # failed ("Error binding parameter 0"; a sharded bot's usage counts). Here the drop is made to happen at
+    # that moment, from an adapter called while the second write binds its parameters.
+    module = sqlite_module()
+    sql = "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+
+    class Dropping:
+        pass
+
+    async with await Store.open(tmp_path / "m.db") as store:
+        held = [await store.conn.executemany(sql, [("a", "1")])]
+        await store.get_meta("a")  # aiosqlite's thread lets go of the first call's result: `held` is the last
+
+        def adapt(_: Dropping) -> str:
+            held.clear()
+            return "2"
+
+        module.register_adapter(Dropping, adapt)
+        try:
+            await store.conn.executemany(sql, [("b", Dropping())])
+            await store.conn.executemany(sql, [("c", "3")])
+        finally:
+            module.adapters.pop((Dropping, module.PrepareProtocol), None)
+        assert [await store.get_meta(key) for key in "abc"] == ["1", "2", "3"]

@@ -194,6 +194,15 @@ async def test_pending_memories_of_some_streams_only(store: Store) -> None:
     assert len(await store.pending_memories(10_000)) == 2400
 
 
+async def test_pending_memories_a_closed_store_left_are_the_next_ones_at_once(database: Path | str) -> None:
+    # A restart: the bot's start-up pass retries every pending memory the last process left (deferred, or cut off
+    # by the shutdown) at once, not only when a claim of the process that is gone would have run out.
+    async with await Store.open(database) as before:
+        ids = await before.insert([observation(f"deferred {n}", importance=None) for n in range(3)])
+    async with await Store.open(database) as after:
+        assert [m.id for m in await after.pending_memories(claim=True)] == ids
+
+
 async def test_a_failed_transaction_writes_nothing(store: Store) -> None:
     with pytest.raises(RuntimeError):
         async with store.transaction():
@@ -300,6 +309,17 @@ async def test_counts_usage_traces_and_purge(store: Store) -> None:
     assert await store.streams() == ["other"]
     assert await store.usage("default") == {}
     assert await store.trace(trace_id=trace_id) is None
+
+
+async def test_linking_a_reply_whose_trace_was_forgotten_meanwhile_links_nothing(store: Store) -> None:
+    # The bot sends a reply, then links the sent message to the reply's trace; the deletion of a message the reply
+    # used (handled by another task, or another process) can take the trace in between: nothing is left to link.
+    used, reply = await store.insert([observation("Klaus: my dog is Rex"), observation("Rex!", importance=None)])
+    trace_id = await store.save_trace("default", T0, "the dog?", [{"id": used, "score": 1.0}], reply)
+    assert sorted(await store.delete([used])) == [used, reply]
+    await store.link_reply(trace_id, ["discord-7"], reply)
+    assert await store.trace(message_id="discord-7") is None
+    assert await run_sql(store, "SELECT COUNT(*) FROM trace_messages") == [(0,)]
 
 
 async def test_new_files_are_private_and_existing_ones_keep_their_mode(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """What processes sharing one database claim before they work: a stream's reflection (a session advisory lock on
 a connection of its own, released by PostgreSQL itself if the process dies). Pending memories are claimed in
-pending_memories."""
+pending_memories (and at insert), for as long as the claiming process is there (presence.py)."""
 
 from __future__ import annotations
 

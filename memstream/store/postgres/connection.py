@@ -14,7 +14,7 @@ from psycopg_pool import AsyncConnectionPool
 from memstream.errors import StoreError, StoreFull, StoreReadOnly
 from memstream.store.location import redact
 
-__all__ = ["POOL_SIZE", "Conn", "connect", "make_pool", "mapped_errors", "store_error"]
+__all__ = ["POOL_SIZE", "Conn", "connect", "make_pool", "mapped_errors", "open_connection", "store_error"]
 
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 # Connections one process keeps open to the database (a reflection holds one for its claim).
@@ -45,11 +45,16 @@ def mapped_errors(where: str) -> Iterator[None]:
         raise store_error(exc, where) from exc
 
 
+async def open_connection(url: str) -> Conn:
+    """One autocommit connection outside the pool, open until the caller closes it."""
+    with mapped_errors(redact(url)):
+        return await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS)
+
+
 @contextlib.asynccontextmanager
 async def connect(url: str) -> AsyncIterator[Conn]:
-    """One autocommit connection outside the pool (migrations, VACUUM)."""
-    with mapped_errors(redact(url)):
-        conn = await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS)
+    """One autocommit connection outside the pool for the block (migrations, VACUUM)."""
+    conn = await open_connection(url)
     try:
         yield conn
     finally:

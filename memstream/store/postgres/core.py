@@ -23,6 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from memstream.errors import StoreError
 from memstream.store.postgres.connection import Conn, mapped_errors
+from memstream.store.postgres.presence import Presence
 
 __all__ = ["Conn", "Core"]
 
@@ -47,6 +48,7 @@ class Core:
         self.pool, self.url, self.path = pool, url, path
         self.readers = readers  # connections that read a large stream at load (None: memstream's choice)
         self._closed = False
+        self.presence = Presence(url, path)  # what this process's claims on pending work hang on
         self._known: dict[str, int] = {}  # stream -> the change version this process's matrix reflects
         self._stale: set[str] = set()  # streams another process wrote to, seen in our own writes
         self._to_vacuum: set[str] = set()  # tables holding deleted text in dead rows, until scrub

@@ -14,30 +14,39 @@ from memstream.errors import MemoryNotFound, StoreError
 from memstream.records import Memory, Source
 from memstream.store.policy import RETRY_BASE_SECONDS, RETRY_CAP_SECONDS, collected_touches
 from memstream.store.postgres.counters import Counters
+from memstream.store.postgres.presence import LIVE_OWNERS
 from memstream.store.records import NewMemory, UsageRow
 
 __all__ = ["CLAIM_SECONDS", "Rows", "memory_row"]
 
 COLUMNS = ("id, stream, kind, text, created_at, last_accessed_at, importance, importance_source, depth, "
            "author, author_id, channel, channel_id, message_id, status, number")
-# A pending memory is the inserting process's for this long (server clock): another process's retries leave
-# it alone while the first completes it (or fails and lets it go: count_attempt).
+# A pending memory is the inserting (or claiming) process's while that process is there (presence.py), for this
+# long at most (server clock): another process's retries leave it alone while the first completes it (or fails
+# and lets it go: count_attempt).
 CLAIM_SECONDS = 300.0
 _DEADLOCK_TRIES = 5
 _NOW = "extract(epoch FROM clock_timestamp())"
 _INSERT = ("INSERT INTO memories (stream, kind, text, created_at, last_accessed_at, importance, importance_source, "
-           "depth, author, author_id, channel, channel_id, message_id, status, embedding, claimed_until) "
+           "depth, author, author_id, channel, channel_id, message_id, status, embedding, claimed_until, claimed_by) "
            f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
-           f"CASE WHEN %s THEN {_NOW} + {CLAIM_SECONDS} END) RETURNING id")
+           f"CASE WHEN %s THEN {_NOW} + {CLAIM_SECONDS} END, %s) RETURNING id")
+# Claimable: not claimed, its claim ran out, or its owner is gone.
+_FREE = (f"(claimed_until IS NULL OR claimed_until <= {_NOW} OR (claimed_by IS NOT NULL AND claimed_by NOT IN "
+         f"(SELECT owner FROM live)))")
 _COMPLETE = ("UPDATE memories SET importance = %s, importance_source = %s, embedding = %s, status = 'ready', "
              "claimed_until = NULL WHERE id = %s AND status = 'pending' AND stream = %s RETURNING id, importance")
 
 
-def _insert_row(m: NewMemory) -> tuple[Any, ...]:
-    ready = m.importance is not None and m.embedding is not None
+def _ready(m: NewMemory) -> bool:
+    return m.importance is not None and m.embedding is not None
+
+
+def _insert_row(m: NewMemory, owner: int | None) -> tuple[Any, ...]:
+    ready = _ready(m)
     return (m.stream, m.kind, m.text, m.created_at, m.created_at, m.importance, m.importance_source, m.depth,
             m.source.author, m.source.author_id, m.source.channel, m.source.channel_id, m.source.message_id,
-            "ready" if ready else "pending", _vector(m.embedding), not ready)
+            "ready" if ready else "pending", _vector(m.embedding), not ready, None if ready else owner)
 
 
 def _vector(embedding: npt.NDArray[np.float32] | None) -> npt.NDArray[np.float32] | None:
@@ -67,10 +76,11 @@ class Rows(Counters):
         """Append memories (pending ones have no importance or embedding yet); one transaction."""
         if not memories:
             return []
+        owner = await self._claimant(memories)
         async with self.transaction():
             await self._lock(m.stream for m in memories)
             await self._check_dimensions(m.embedding for m in memories)
-            results = await self._many_returning(_INSERT, [_insert_row(m) for m in memories])
+            results = await self._many_returning(_INSERT, [_insert_row(m, owner) for m in memories])
             ids = [int(rows[0][0]) for rows in results]
             await self._bump(m.stream for m in memories if m.importance is not None and m.embedding is not None)
         return ids
@@ -90,6 +100,7 @@ class Rows(Counters):
         if not memories:
             return []
         out: list[tuple[int, bool] | None] = [None] * len(memories)
+        owner = await self._claimant(memories)
         async with self.transaction():
             await self._lock(m.stream for m in memories)
             await self._check_dimensions(m.embedding for m in memories)
@@ -104,7 +115,7 @@ class Rows(Counters):
                 fresh.append((slot, m))
             sql = _INSERT.replace(" RETURNING id", " ON CONFLICT (stream, message_id) WHERE message_id IS NOT NULL "
                                                    "DO NOTHING RETURNING id")
-            results = await self._many_returning(sql, [_insert_row(m) for _, m in fresh])
+            results = await self._many_returning(sql, [_insert_row(m, owner) for _, m in fresh])
             for (slot, _), rows in zip(fresh, results, strict=True):
                 if rows:  # new; else stored before (by us or another process)
                     out[slot] = (int(rows[0][0]), True)
@@ -118,6 +129,10 @@ class Rows(Counters):
                     out[slot] = (known[(m.stream, str(m.source.message_id))], False)
             await self._bump(added)
         return [item for item in out if item is not None]
+
+    async def _claimant(self, memories: Sequence[NewMemory]) -> int | None:
+        """The owner key the pending ones among `memories` are claimed with (none: no claim to make)."""
+        return await self.presence.owner() if not all(_ready(m) for m in memories) else None
 
     async def complete_many(self, stream: str, items: Sequence[tuple[int, int, str, npt.NDArray[np.float32]]],
                             usage: Sequence[UsageRow] = ()) -> list[int]:
@@ -259,8 +274,8 @@ class Rows(Counters):
                                streams: Sequence[str] | None = None, claim: bool = False) -> list[Memory]:
         """Memories waiting for a rating or an embedding, oldest first; with `due_at`, only those whose next
         attempt is due by then; with `streams`, only those of these streams. With `claim`, only those no
-        other process has claimed, now claimed for CLAIM_SECONDS by this one (FOR UPDATE SKIP LOCKED: two
-        processes never get the same memory)."""
+        other process that is still there has claimed (presence.py), now claimed by this one (FOR UPDATE SKIP
+        LOCKED: two processes never get the same memory)."""
         due = ("AND (%(due)s::float8 IS NULL OR next_attempt_at IS NULL OR next_attempt_at <= %(due)s::float8) "
                "AND (%(streams)s::text[] IS NULL OR stream = ANY(%(streams)s::text[]))")
         args = {"due": due_at, "limit": limit, "streams": None if streams is None else list(streams)}
@@ -268,10 +283,12 @@ class Rows(Counters):
             rows = await self._rows(f"SELECT {COLUMNS} FROM memories WHERE status = 'pending' {due} "
                                     "ORDER BY id LIMIT %(limit)s", args)
             return [memory_row(row) for row in rows]
+        args["owner"] = await self.presence.owner()
         rows = await self._rows(
-            f"UPDATE memories SET claimed_until = {_NOW} + {CLAIM_SECONDS} WHERE id IN (SELECT id FROM memories "
-            f"WHERE status = 'pending' {due} AND (claimed_until IS NULL OR claimed_until <= {_NOW}) "
-            f"ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) RETURNING {COLUMNS}", args)
+            f"WITH live (owner) AS MATERIALIZED ({LIVE_OWNERS}) "
+            f"UPDATE memories SET claimed_until = {_NOW} + {CLAIM_SECONDS}, claimed_by = %(owner)s WHERE id IN "
+            f"(SELECT id FROM memories WHERE status = 'pending' {due} AND {_FREE} "
+            f"ORDER BY id LIMIT %(limit)s FOR UPDATE OF memories SKIP LOCKED) RETURNING {COLUMNS}", args)
         return sorted((memory_row(row) for row in rows), key=lambda m: m.id)
 
     async def by_author(self, stream: str, author_id: str) -> list[int]:

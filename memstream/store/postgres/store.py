@@ -41,7 +41,8 @@ class PostgresStore(Transfer):
         return store
 
     async def close(self) -> None:
-        """Close the pool (finishing a scrub an older transaction held up, if it can now)."""
+        """Close the pool (finishing a scrub an older transaction held up, if it can now) and let go of the
+        pending memories this process claimed."""
         if self._closed:
             return
         self._closed = True
@@ -50,7 +51,10 @@ class PostgresStore(Transfer):
                 with contextlib.suppress(StoreError):
                     await self.finish_scrub()
         finally:
-            await self.pool.close()
+            try:
+                await self.pool.close()
+            finally:
+                await self.presence.close()  # this process's claims on pending work end with it
 
     async def __aenter__(self) -> Self:
         return self

@@ -36,15 +36,20 @@ class Traces(Evidence):
         await self._execute("DELETE FROM reply_traces WHERE id = %s", (trace_id,))
 
     async def link_reply(self, trace_id: int, message_ids: Sequence[str], reply_memory_id: int | None) -> None:
-        """Attach the Discord message ids of a sent reply to its trace (and the first to its memory)."""
+        """Attach the Discord message ids of a sent reply to its trace (and the first to its memory); nothing if
+        the trace was deleted meanwhile (a deletion took what the reply was built from). The trace's row is
+        updated first: that locks it, so a deletion by another process either came first (and nothing is
+        linked) or waits for this transaction (and takes its links with the trace)."""
+        if not message_ids:
+            return
         async with self.transaction():
+            if not await self._execute("UPDATE reply_traces SET message_id = %s WHERE id = %s",
+                                       (message_ids[0], trace_id)):
+                return
             await self._many("INSERT INTO trace_messages (message_id, trace_id) VALUES (%s, %s) ON CONFLICT "
                              "(message_id) DO UPDATE SET trace_id = excluded.trace_id",
                              [(m, trace_id) for m in message_ids])
-            if message_ids:
-                await self._execute("UPDATE reply_traces SET message_id = %s WHERE id = %s",
-                                    (message_ids[0], trace_id))
-            if reply_memory_id is not None and message_ids:
+            if reply_memory_id is not None:
                 await self._execute("UPDATE memories SET message_id = %s WHERE id = %s AND message_id IS NULL",
                                     (message_ids[0], reply_memory_id))
 

@@ -2,6 +2,12 @@
 passes through `Connection._execute` (aiosqlite's single hop to its worker thread), which maps a SQLite
 error to the StoreError that says what happened in one line, and waits out a locked database.
 
+A batch write's cursor is closed in the worker thread before it is handed back: a cursor that still held its
+statement would reset it when dropped, in whichever thread drops it last, possibly the event loop's while the
+worker runs that same statement for another write (pysqlite3 shares one prepared statement per SQL text);
+that write's statement was then left half-run, and the next batch write of that SQL failed ("Error binding
+parameter 0").
+
 A locked database: SQLite's busy timeout waits BUSY_TIMEOUT_MS inside each attempt; a statement outside a
 transaction (or the BEGIN IMMEDIATE that starts one) is tried again until LOCK_WAIT_SECONDS have passed in
 all, then StoreLocked says that nothing was written. Inside a transaction nothing is retried (the
@@ -12,10 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import aiosqlite
+from aiosqlite.context import contextmanager
 
 from memstream.errors import StoreDamaged, StoreError, StoreFull, StoreLocked, StoreReadOnly
 
@@ -105,6 +112,18 @@ class Connection(aiosqlite.Connection):
 
         result: T = await self._execute(hop, self._conn)
         return result
+
+    @contextmanager
+    async def executemany(self, sql: str, parameters: Iterable[Iterable[Any]]) -> aiosqlite.Cursor:
+        """aiosqlite's executemany, its cursor closed in the worker thread (see the module)."""
+        conn: Any = self._conn  # (pysqlite3 or sqlite3)
+
+        def executemany(sql: str, parameters: Iterable[Iterable[Any]]) -> Any:  # (the name: _may_retry)
+            cursor = conn.executemany(sql, parameters)
+            cursor.close()
+            return cursor
+
+        return aiosqlite.Cursor(self, await self._execute(executemany, sql, parameters))
 
     def _may_retry(self, fn: Any, args: tuple[Any, ...]) -> bool:
         if getattr(fn, "__name__", "") not in _RETRYABLE:

@@ -1,5 +1,10 @@
 """After a deletion, the deleted texts out of the file: the WAL truncated, and the file rewritten when a copy
-of a deleted text is still found in it."""
+of a deleted text is still found in it.
+
+Both run on a short-lived connection of their own, never on the store's: the store's connection is shared by
+the process's tasks, and one of them may be inside a write transaction or in the middle of a read when a
+deletion comes (SQLite refuses a checkpoint or a VACUUM there, and a busy timeout changed for the scrub would
+change theirs). To the scrub's connection they are just another connection: it waits for them."""
 
 from __future__ import annotations
 
@@ -9,8 +14,10 @@ import mmap
 import os
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
-from memstream.store.sqlite.connection import BUSY_TIMEOUT_MS
+from memstream.store.sqlite import connection
+from memstream.store.sqlite.binding import sqlite_module
 from memstream.store.sqlite.deletion import Deletion
 
 __all__ = ["SEARCH_BUDGET_BYTES", "Scrub", "residue_needles"]
@@ -41,6 +48,23 @@ def residue_needles(texts: Iterable[str]) -> list[bytes]:
 
 def _size(path: str) -> int:
     return os.path.getsize(path) if os.path.exists(path) else 0
+
+
+def _on_own_connection(path: str, wait: float, *statements: str) -> Any:
+    """Run statements on a connection of their own (waiting up to `wait` seconds for another connection's lock);
+    the last one's first row. Blocking: run in a thread."""
+    module = sqlite_module()
+    try:
+        conn = module.connect(path, isolation_level=None, timeout=wait, check_same_thread=False)
+        try:
+            row = None
+            for statement in statements:
+                row = conn.execute(statement).fetchone()
+            return row
+        finally:
+            conn.close()
+    except module.Error as exc:
+        raise connection.store_error(exc, path, waited=wait) from exc
 
 
 def _file_holds_any(path: str, needles: Sequence[bytes]) -> bool:
@@ -87,20 +111,15 @@ class Scrub(Deletion):
             size = await asyncio.to_thread(_size, self.path)
             vacuum = len(needles) * size > SEARCH_BUDGET_BYTES or await asyncio.to_thread(
                 _file_holds_any, self.path, needles)
-        if vacuum:
-            await self.conn.execute("VACUUM")
+        if vacuum:  # waits for another connection's write as long as any statement of the store does
+            await asyncio.to_thread(_on_own_connection, self.path, connection.LOCK_WAIT_SECONDS,
+                                    "PRAGMA secure_delete=ON", "VACUUM")
             await self._checkpoint(0.0)
 
     async def _checkpoint(self, wait: float) -> bool:
-        """Copy the WAL into the file and truncate it, waiting up to `wait` seconds for readers; True if done."""
-        async with self.conn.execute(f"PRAGMA busy_timeout={int(wait * 1000)}"):
-            pass  # (closed at once: a pragma's result row left open would hold up a VACUUM)
-        try:
-            async with self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)") as cur:
-                row = await cur.fetchone()
-        finally:
-            async with self.conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}"):
-                pass
+        """Copy the WAL into the file and truncate it, waiting up to `wait` seconds for writers and readers
+        (the store's own connection too); True if done."""
+        row = await asyncio.to_thread(_on_own_connection, self.path, wait, "PRAGMA wal_checkpoint(TRUNCATE)")
         return row is None or not row[0]
 
     async def finish_scrub(self) -> bool:

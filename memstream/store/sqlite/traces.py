@@ -42,16 +42,20 @@ class Traces(Evidence):
         await self.conn.execute("DELETE FROM reply_traces WHERE id = ?", (trace_id,))
 
     async def link_reply(self, trace_id: int, message_ids: Sequence[str], reply_memory_id: int | None) -> None:
-        """Attach the Discord message ids of a sent reply to its trace (and the first to its memory)."""
+        """Attach the Discord message ids of a sent reply to its trace (and the first to its memory); nothing if
+        the trace was deleted meanwhile (a deletion took what the reply was built from)."""
+        if not message_ids:
+            return
         async with self.transaction():
+            async with self.conn.execute("UPDATE reply_traces SET message_id = ? WHERE id = ?",
+                                         (message_ids[0], trace_id)) as cursor:
+                if cursor.rowcount == 0:
+                    return
             await self.conn.executemany(
                 "INSERT OR REPLACE INTO trace_messages (message_id, trace_id) VALUES (?, ?)",
                 [(m, trace_id) for m in message_ids],
             )
-            if message_ids:
-                await self.conn.execute("UPDATE reply_traces SET message_id = ? WHERE id = ?",
-                                        (message_ids[0], trace_id))
-            if reply_memory_id is not None and message_ids:
+            if reply_memory_id is not None:
                 await self.conn.execute("UPDATE memories SET message_id = ? WHERE id = ? AND message_id IS NULL",
                                         (message_ids[0], reply_memory_id))
 
