@@ -170,10 +170,14 @@ class GroupReader:
                where: str) -> list[str]:
         sizes = self._column(view, lengths, np.dtype(">i4"), n, where)
         offset, length = joined
-        text = str(view[offset:offset + max(length, 0)], self.encoding)
+        malformed = _load.LoadError(f"the texts of the memories {where} came malformed from the server")
+        try:
+            text = str(view[offset:offset + max(length, 0)], self.encoding)
+        except UnicodeDecodeError as exc:
+            raise malformed from exc
         ends = np.cumsum(sizes, dtype=np.int64)
         if ends[-1] != len(text) or sizes.min() < 0:
-            raise _load.LoadError(f"the texts of the memories {where} came malformed from the server")
+            raise malformed
         bounds = [0, *ends.tolist()]
         return [text[bounds[i]:bounds[i + 1]] for i in range(n)]
 
