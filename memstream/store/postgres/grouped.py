@@ -70,11 +70,10 @@ def split(groups: Sequence[Group], parts: int) -> list[list[Group]]:
 class GroupReader:
     """Reads the COPY of `groups` (copy_sql), message by message (feed), into preallocated arrays."""
 
-    def __init__(self, groups: Sequence[Group], dim: int, *, texts: bool, encoding: str = "utf-8",
-                 matrix: npt.NDArray[np.float32] | None = None) -> None:
+    def __init__(self, groups: Sequence[Group], dim: int, *, texts: bool, encoding: str = "utf-8") -> None:
         self.groups, self.dim, self.encoding = list(groups), dim, encoding
         self.starts = np.concatenate([[0], np.cumsum([g[2] for g in self.groups], dtype=np.int64)]).tolist()
-        self.sink = _load.Sink(self.starts[-1], dim, matrix=matrix)
+        self.sink = _load.Sink(self.starts[-1], dim)
         self.texts: list[str] | None = [""] * self.starts[-1] if texts else None
         self._vector = np.dtype([("dim", ">u2"), ("unused", ">u2"), ("values", ">f4", (dim,))])
         self._fields = _NUMBERS + len(_COLUMNS) + 1 + (2 if texts else 0)
@@ -120,13 +119,13 @@ class GroupReader:
                 return 0
             self._header, pos = True, end
         while pos + 2 <= len(view):
+            if self._ended:
+                raise _load.LoadError("the server's COPY went on after its end")
             count = _int(view, pos, 2, signed=True)
             if count == -1:
-                if self._ended:
-                    raise _load.LoadError("the server's COPY went on after its end")
                 self._ended, pos = True, pos + 2
                 continue
-            if self._ended or count != self._fields:
+            if count != self._fields:
                 raise _load.LoadError(f"the server sent rows of {count} fields, expected {self._fields}")
             fields, stop = _fields(view, pos + 2, count)
             if stop is None:
