@@ -1,15 +1,19 @@
 """Case 2: opening a store. Run in a fresh process per measurement, so that nothing else the benchmark holds
-counts in its resident memory: `python -m bench.opening PATH [PROCESSES]` prints one JSON line.
+counts in its resident memory: `python -m bench.opening PATH [PROCESSES] [--profile hybrid]` prints one JSON
+line.
 
-Ready means: Store.open, the stream's matrix loaded, and the first query answered (Retriever.explain_vector).
-PROCESSES is Store.open's load_processes (default: memstream's choice; 1 = read in this process only, the
-baseline). Worker processes write the embeddings into shared memory that this process then maps: the peak
-resident memory of the workers (getrusage of children) counts those shared pages again, so it is reported
-beside this process's, not added to it.
+Ready means: Store.open, the stream's matrix loaded (with the `hybrid` profile, its lexical index built from
+the texts too, as for a persona made by `memstream init`), and the first query answered
+(Retriever.explain_vector). PROCESSES is Store.open's load_processes (default: memstream's choice; 1 = read in
+this process only, the baseline). Worker processes write the embeddings into shared memory that this process
+then maps: the peak resident memory of the workers (getrusage of children) counts those shared pages again, so
+it is reported beside this process's, not added to it. `cpu_s` is the processor time this process and its
+workers spent getting ready (not a database server's).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -28,10 +32,13 @@ from bench.data import NOW, STREAM, query
 from memstream.clock import from_timestamp
 from memstream.config import StreamConfig
 from memstream.models import Models, RoleModel
+from memstream.profiles import uses_lexical
 from memstream.retrieve import Retriever
 from memstream.store import Store
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
 from memstream.vectors import VectorIndex
+
+QUERY_TEXT = "party tonight at the gallery"  # words of the generated texts (bench.data), for lexical relevance
 
 
 def _memory_mb() -> dict[str, float]:
@@ -39,24 +46,32 @@ def _memory_mb() -> dict[str, float]:
     return {key: int(re.search(rf"{key}:\s+(\d+)", status).group(1)) / 1024 for key in ("VmRSS", "VmHWM")}  # type: ignore[union-attr]
 
 
-async def _open(path: str, processes: int | None) -> dict[str, Any]:
+def _cpu_s() -> float:
+    own, workers = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + workers.ru_utime + workers.ru_stime
+
+
+async def _open(path: str, processes: int | None, profile: str = "spec") -> dict[str, Any]:
+    config = StreamConfig.for_profile(profile)
     before = _memory_mb()
+    cpu = _cpu_s()
     start = time.perf_counter()
     store = await Store.open(path, load_processes=processes)
     opened = time.perf_counter()
-    index = VectorIndex(store)
+    index = VectorIndex(store, lexical=uses_lexical(config))
     vectors = await index.get(STREAM)
     loaded = time.perf_counter()
     chat = ScriptedChat()
     models = Models(store, FakeEmbedder(dim=vectors.dim), rater=RoleModel(chat, "r"),
                     reflector=RoleModel(chat, "r"), agent=RoleModel(chat, "a"))
-    retriever = Retriever(store, index, models, StreamConfig(), FakeClock(from_timestamp(NOW)))
-    found = await retriever.explain_vector(query(vectors.dim), stream=STREAM)
+    retriever = Retriever(store, index, models, config, FakeClock(from_timestamp(NOW)))
+    found = await retriever.explain_vector(query(vectors.dim), stream=STREAM, text=QUERY_TEXT)
     answered = time.perf_counter()
+    cpu = _cpu_s() - cpu
     after = _memory_mb()
     await store.close()
     raw = vectors.n * vectors.dim * 4 / 2**20
-    return {"n": vectors.n, "dim": vectors.dim, "open_s": opened - start,
+    return {"n": vectors.n, "dim": vectors.dim, "profile": profile, "cpu_s": cpu, "open_s": opened - start,
             "load_s": loaded - opened, "first_query_s": answered - loaded, "ready_s": answered - start,
             "top": [m.memory.id for m in found], "raw_mb": raw, "rss_before_mb": before["VmRSS"],
             "rss_mb": after["VmRSS"], "peak_rss_mb": after["VmHWM"], "peak_ratio": after["VmHWM"] / raw,
@@ -76,11 +91,13 @@ def drop_from_page_cache(path: Path) -> None:
                 os.close(fd)
 
 
-def measure(path: Path, *, cold: bool, processes: int | None = None) -> dict[str, Any]:
-    """Open the store in a new process; cold drops the file from the page cache first."""
+def measure(path: Path | str, *, cold: bool, processes: int | None = None, profile: str = "spec") -> dict[str, Any]:
+    """Open the store (a file, or a database URL) in a new process; cold drops the file from the page cache
+    first."""
     if cold:
-        drop_from_page_cache(path)
-    command = [sys.executable, "-m", "bench.opening", str(path)] + ([str(processes)] if processes else [])
+        drop_from_page_cache(Path(path))
+    command = [sys.executable, "-m", "bench.opening", str(path), *([str(processes)] if processes else []),
+               "--profile", profile]
     done = subprocess.run(command, capture_output=True, text=True, check=True,
                           cwd=Path(__file__).resolve().parent.parent)
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -114,4 +131,9 @@ def run(path: Path, warm_runs: int = 3) -> dict[str, Any]:
 
 if __name__ == "__main__":
     np.seterr(all="raise")
-    print(json.dumps(asyncio.run(_open(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None))))
+    parser = argparse.ArgumentParser(prog="python -m bench.opening")
+    parser.add_argument("path", help="a store file or a postgresql:// URL")
+    parser.add_argument("processes", nargs="?", type=int, help="Store.open's load_processes")
+    parser.add_argument("--profile", default="spec", choices=("spec", "hybrid"))
+    args = parser.parse_args()
+    print(json.dumps(asyncio.run(_open(args.path, args.processes, args.profile))))

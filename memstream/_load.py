@@ -28,12 +28,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["CHUNK", "SELECT_READY", "LoadError", "Part", "Sink", "WorkerFailed", "inverse_norms", "large_empty",
-           "load_in_processes", "processes_available", "read_only", "read_range", "split"]
+__all__ = ["CHUNK", "LoadError", "Part", "Sink", "WorkerFailed", "inverse_norms", "large_empty",
+           "load_in_processes", "processes_available", "read_only", "read_range", "select_ready", "split"]
 
 # NOT INDEXED: walk the table in id order over a range of ids, not the stream index in time order.
-SELECT_READY = ("SELECT id, importance, last_accessed_at, created_at, embedding FROM memories NOT INDEXED "
-                "WHERE stream = ? AND status = 'ready' AND id BETWEEN ? AND ?")
+_SELECT_READY = ("SELECT id, importance, last_accessed_at, created_at, embedding{} FROM memories NOT INDEXED "
+                 "WHERE stream = ? AND status = 'ready' AND id BETWEEN ? AND ?")
 CHUNK = 4096
 _MMAP_LIMIT = 1 << 40  # SQLite caps it at its compile-time maximum
 _MADV_POPULATE_WRITE = 23  # Linux 5.14+; not exported by Python 3.11's mmap module
@@ -61,18 +61,20 @@ def inverse_norms(matrix: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
 
 
 def large_empty(shape: tuple[int, int], *, populate: bool = False) -> npt.NDArray[np.float32]:
-    """An uninitialized float32 matrix; a large one in transparent huge pages where Linux offers them.
+    """An uninitialized float32 matrix; a large one in its own mapping, in ordinary pages.
 
     Touching 1.5 GB of fresh memory costs 1-3 s of page faults on this kind of VM. With `populate`, a
     background thread has the kernel map the pages ahead of the writer (without writing to them), while
-    the writer spends its time in SQLite.
+    the writer spends its time reading. Not in transparent huge pages: mapping 1.5 GB of them took from
+    0.2 s (huge pages just freed) to 3.9 s (the kernel zeroing fresh ones) on this VM, ordinary pages a
+    steady 0.34-0.4 s; queries scan the matrix as fast either way.
     """
     size = shape[0] * shape[1] * 4
-    if size < 1 << 24 or not hasattr(mmap, "MADV_HUGEPAGE"):
+    if size < 1 << 24 or not hasattr(mmap, "MADV_NOHUGEPAGE"):
         return np.empty(shape, np.float32)
     region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     with contextlib.suppress(OSError):
-        region.madvise(mmap.MADV_HUGEPAGE)
+        region.madvise(mmap.MADV_NOHUGEPAGE)  # where Linux would use them by default
     matrix = np.frombuffer(region, dtype=np.float32).reshape(shape)  # the array keeps the mapping alive
     if populate:
         threading.Thread(target=_Populator(matrix).run, daemon=True).start()
@@ -111,11 +113,19 @@ class _Populator:
             done += size
 
 
-class Sink:
-    """Preallocated columns (and a matrix, given or made) filled chunk by chunk, in place."""
+def select_ready(*, texts: bool = False) -> str:
+    """The SQLite query of a stream's ready rows in an id range (stream, low, high), with texts or not."""
+    return _SELECT_READY.format(", text" if texts else "")
 
-    def __init__(self, capacity: int, dim: int, *, matrix: npt.NDArray[np.float32] | None = None) -> None:
+
+class Sink:
+    """Preallocated columns (and a matrix, given or made) filled chunk by chunk, in place; with `texts`, a list
+    of the rows' texts too."""
+
+    def __init__(self, capacity: int, dim: int, *, matrix: npt.NDArray[np.float32] | None = None,
+                 texts: bool = False) -> None:
         self.capacity, self.width, self.n = capacity, dim * 4, 0
+        self.texts: list[str] | None = [] if texts else None
         self.ids = np.empty(capacity, np.int64)
         self.importance = np.empty(capacity, np.float32)
         self.last = np.empty(capacity, np.float64)
@@ -124,7 +134,7 @@ class Sink:
         self.inverse_norms = np.empty(capacity, np.float32)
 
     def put(self, rows: Sequence[Sequence[Any]]) -> None:
-        """Copy a chunk of (id, importance, last access, created, embedding) rows in."""
+        """Copy a chunk of (id, importance, last access, created, embedding[, text]) rows in."""
         start, end = self.n, self.n + len(rows)
         if end > self.capacity:
             raise LoadError("the stream grew while it was being loaded; try again")
@@ -140,6 +150,8 @@ class Sink:
             flat[offset:offset + width] = blob
             offset += width
         self.inverse_norms[start:end] = inverse_norms(self.embeddings[start:end])
+        if self.texts is not None:
+            self.texts.extend([r[5] for r in rows])
         self.n = end
 
     def columns(self) -> dict[str, npt.NDArray[Any]]:
@@ -151,7 +163,7 @@ def read_range(connect: Any, stream: str, low: int, high: int, sink: Sink) -> No
     """Fill `sink` with the stream's ready rows whose ids are in [low, high], read through `connect()`."""
     conn = connect()
     try:
-        cursor = conn.execute(SELECT_READY, (stream, low, high))
+        cursor = conn.execute(select_ready(texts=sink.texts is not None), (stream, low, high))
         while rows := cursor.fetchmany(CHUNK):
             sink.put(rows)
     finally:
@@ -184,10 +196,12 @@ def read_only(module: Any, path: str, *, mapped: bool = False) -> Any:
 
 @dataclass
 class Part:
-    """What one worker process read: its block of embeddings (a view of shared memory) and columns."""
+    """What one reader read: its block of embeddings (a worker's: a view of shared memory), its columns and,
+    when asked for, its texts (in row order)."""
 
     embeddings: npt.NDArray[np.float32]
     columns: dict[str, npt.NDArray[Any]]
+    texts: list[str] | None = None
 
 
 def processes_available() -> bool:
@@ -203,8 +217,9 @@ def split(low: int, high: int, parts: int) -> list[tuple[int, int]]:
 
 
 def load_in_processes(module: str, path: str, stream: str, low: int, high: int, capacity: int, dim: int,
-                      workers: int, *, timeout: float = 600.0) -> list[Part]:
-    """The stream's ready rows with ids in [low, high], read by `workers` processes, one block each.
+                      workers: int, *, timeout: float = 600.0, texts: bool = False) -> list[Part]:
+    """The stream's ready rows with ids in [low, high] (and their texts, with `texts`), read by `workers`
+    processes, one block each.
 
     `capacity` bounds the rows of any one part (the stream's row count). Raises LoadError for bad data
     (as the worker reported it) and WorkerFailed when the processes themselves could not do the work.
@@ -219,7 +234,7 @@ def load_in_processes(module: str, path: str, stream: str, low: int, high: int, 
             try:
                 os.ftruncate(fd, size)
                 spec = {"module": module, "path": path, "stream": stream, "low": first, "high": last,
-                        "capacity": capacity, "dim": dim, "fd": fd}
+                        "capacity": capacity, "dim": dim, "fd": fd, "texts": texts}
                 process = subprocess.Popen(
                     [sys.executable, "-P", os.path.abspath(__file__), json.dumps(spec)],
                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(fd,),
@@ -253,7 +268,7 @@ def load_in_processes(module: str, path: str, stream: str, low: int, high: int, 
             if process.returncode != 0:
                 tail = message.splitlines()[-1] if message else "no message"
                 raise WorkerFailed(f"a loader process exited with {process.returncode}: {tail}")
-            parts.append(_receive(fd, out, dim))
+            parts.append(_receive(fd, out, dim, texts))
         return parts
     except OSError as exc:
         raise WorkerFailed(f"cannot start a loader process: {exc}") from exc
@@ -265,8 +280,8 @@ def load_in_processes(module: str, path: str, stream: str, low: int, high: int, 
             os.close(fd)
 
 
-def _receive(fd: int, out: bytes, dim: int) -> Part:
-    """A worker's rows: its columns from its output, its embeddings mapped from its memfd."""
+def _receive(fd: int, out: bytes, dim: int, texts: bool) -> Part:
+    """A worker's rows: its columns (and texts) from its output, its embeddings mapped from its memfd."""
     if len(out) < 8:
         raise WorkerFailed("a loader process sent no answer")
     n = int.from_bytes(out[:8], "little")
@@ -275,14 +290,36 @@ def _receive(fd: int, out: bytes, dim: int) -> Part:
         size = n * np.dtype(dtype).itemsize
         columns[name] = np.frombuffer(out, dtype=dtype, count=n, offset=offset)
         offset += size
-    if offset != len(out):
+    words = _unpack_texts(out, offset, n) if texts else None
+    if not texts and offset != len(out):
         raise WorkerFailed(f"a loader process sent {len(out)} bytes for {n} rows")
     length = n * dim * 4
     os.ftruncate(fd, length)  # frees the pages mapped ahead of the rows the worker did not need
     if length == 0:
-        return Part(np.empty((0, dim), np.float32), columns)
+        return Part(np.empty((0, dim), np.float32), columns, words)
     region = mmap.mmap(fd, length, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
-    return Part(np.frombuffer(region, dtype=np.float32).reshape(n, dim), columns)
+    return Part(np.frombuffer(region, dtype=np.float32).reshape(n, dim), columns, words)
+
+
+def _pack_texts(texts: Sequence[str]) -> bytes:
+    """Texts as their lengths (in characters, 4 bytes each) and then all of them, in UTF-8, end to end."""
+    lengths = np.fromiter((len(t) for t in texts), np.uint32, len(texts))
+    return lengths.tobytes() + "".join(texts).encode("utf-8", "surrogatepass")
+
+
+def _unpack_texts(out: bytes, offset: int, n: int) -> list[str]:
+    """The texts _pack_texts packed at `offset`."""
+    lengths = np.frombuffer(out, np.uint32, n, offset) if len(out) >= offset + 4 * n else None
+    if lengths is None:
+        raise WorkerFailed(f"a loader process sent {len(out)} bytes for {n} rows and their texts")
+    try:
+        joined = out[offset + 4 * n:].decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError as exc:
+        raise WorkerFailed(f"a loader process sent texts that are not UTF-8: {exc}") from exc
+    bounds = [0, *np.cumsum(lengths, dtype=np.int64).tolist()]
+    if bounds[-1] != len(joined):
+        raise WorkerFailed(f"a loader process sent {len(joined)} characters of texts, not {bounds[-1]}")
+    return [joined[bounds[i]:bounds[i + 1]] for i in range(n)]
 
 
 def _work(spec: dict[str, Any]) -> int:
@@ -291,7 +328,7 @@ def _work(spec: dict[str, Any]) -> int:
     capacity, dim = int(spec["capacity"]), int(spec["dim"])
     region = mmap.mmap(spec["fd"], max(capacity, 1) * dim * 4, flags=mmap.MAP_SHARED)
     matrix = np.frombuffer(region, dtype=np.float32).reshape(max(capacity, 1), dim)
-    sink = Sink(capacity, dim, matrix=matrix)
+    sink = Sink(capacity, dim, matrix=matrix, texts=bool(spec.get("texts")))
     populator = _Populator(matrix, written=lambda: sink.n)
     thread = threading.Thread(target=populator.run, daemon=True)
     thread.start()
@@ -311,6 +348,8 @@ def _work(spec: dict[str, Any]) -> int:
     out.write(sink.n.to_bytes(8, "little"))
     for column in sink.columns().values():
         out.write(column.tobytes())
+    if sink.texts is not None:
+        out.write(_pack_texts(sink.texts))
     out.flush()
     return 0
 

@@ -413,11 +413,10 @@ class VectorIndex:
     async def _load(self, stream: str) -> StreamVectors:
         generation = self._generation.get(stream, 0)
         try:
-            arrays = await self.store.load_stream(stream)
+            arrays = await self.store.load_stream(stream, texts=self.lexical)
             vectors = await asyncio.to_thread(StreamVectors, arrays, copy=False)
             if self.lexical:
-                ids, texts = await self.store.stream_texts(stream)
-                await asyncio.to_thread(vectors.index_texts, ids, texts)
+                await asyncio.to_thread(vectors.index_texts, arrays.ids.tolist(), arrays.texts or [])
             for op in self._journals.get(stream, []):
                 op(vectors)
             if self._generation.get(stream, 0) == generation:

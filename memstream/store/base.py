@@ -166,12 +166,9 @@ class Store(Protocol):
         """Every stream key in the store (with memories or state)."""
         ...
 
-    async def load_stream(self, stream: str) -> StreamArrays:
-        """The ready memories of a stream as arrays for exact retrieval in process (rows in any order)."""
-        ...
-
-    async def stream_texts(self, stream: str) -> tuple[list[int], list[str]]:
-        """(ids, texts) of the ready memories of a stream, for its in-memory lexical index."""
+    async def load_stream(self, stream: str, *, texts: bool = False) -> StreamArrays:
+        """The ready memories of a stream as arrays for exact retrieval in process (rows in any order); with
+        `texts`, each row's text too (for its in-memory lexical index), read in the same pass."""
         ...
 
     async def load_vector(self, memory_id: int) -> npt.NDArray[np.float32]:

@@ -44,6 +44,7 @@ class StreamArrays:
     last_accessed: npt.NDArray[np.float64]
     created: npt.NDArray[np.float64]
     inverse_norms: npt.NDArray[np.float32] | None = None  # 1/|row| (0 for a zero row), if known
+    texts: list[str] | None = None  # each row's text, when the load was asked for them (the lexical index)
 
     def blocks(self) -> list[npt.NDArray[np.float32]]:
         """The embeddings as a list of blocks of rows, in row order."""
@@ -57,19 +58,23 @@ class StreamArrays:
 
 
 def sink_arrays(sink: _load.Sink) -> StreamArrays:
-    """The filled rows of a sink as StreamArrays (views)."""
+    """The filled rows of a sink as StreamArrays (views), with its texts if it kept them."""
     n = sink.n
     return StreamArrays(sink.ids[:n], sink.embeddings[:n], sink.importance[:n], sink.last[:n], sink.created[:n],
-                        sink.inverse_norms[:n])
+                        sink.inverse_norms[:n], None if sink.texts is None else sink.texts[:n])
 
 
-def part_arrays(parts: Sequence[_load.Part], dim: int) -> StreamArrays:
+def part_arrays(parts: Sequence[_load.Part], dim: int, *, texts: bool = False) -> StreamArrays:
     """Parts read by several readers as StreamArrays: the embeddings stay in their blocks."""
+    if not parts:
+        return sink_arrays(_load.Sink(0, dim, texts=texts))
+
     def column(name: str) -> npt.NDArray[Any]:
         return np.concatenate([part.columns[name] for part in parts])
 
     blocks = [part.embeddings for part in parts if len(part.embeddings)]
     embeddings: npt.NDArray[np.float32] | list[npt.NDArray[np.float32]] = (
         blocks if len(blocks) > 1 else blocks[0] if blocks else np.empty((0, dim), np.float32))
+    joined = [text for part in parts for text in part.texts or ()] if texts else None
     return StreamArrays(column("ids"), embeddings, column("importance"),
-                        column("last"), column("created"), column("inverse_norms"))
+                        column("last"), column("created"), column("inverse_norms"), joined)

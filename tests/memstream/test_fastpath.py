@@ -246,8 +246,8 @@ class _SlowLoadStore(SQLiteStore):
 
     release: asyncio.Event
 
-    async def load_stream(self, stream: str) -> StreamArrays:
-        arrays = await super().load_stream(stream)
+    async def load_stream(self, stream: str, *, texts: bool = False) -> StreamArrays:
+        arrays = await super().load_stream(stream, texts=texts)
         await self.release.wait()
         return arrays
 

@@ -1,5 +1,5 @@
-"""Loading a stream's ready rows into arrays for retrieval (large streams in worker processes: memstream._load),
-its texts for the lexical index, and noticing other connections' writes."""
+"""Loading a stream's ready rows into arrays for retrieval, and their texts for the lexical index, in one read
+(large streams in worker processes: memstream._load), and noticing other connections' writes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator, Iterable
-from typing import Any
 
 from memstream import _load
 from memstream.errors import StoreError
@@ -26,10 +25,11 @@ MAX_LOAD_PROCESSES = 8
 
 
 class Loading(Rows):
-    """A stream's rows as arrays, its texts, and other connections' writes."""
+    """A stream's rows as arrays (and texts), and other connections' writes."""
 
-    async def load_stream(self, stream: str) -> StreamArrays:
-        """The ready memories of a stream, as arrays for retrieval (rows in no particular order).
+    async def load_stream(self, stream: str, *, texts: bool = False) -> StreamArrays:
+        """The ready memories of a stream, as arrays for retrieval (rows in no particular order); with `texts`,
+        their texts too.
 
         A file is read by read-only connections off the event loop (they do not hold up this
         connection's writes), straight into preallocated arrays: one copy of the embeddings in memory,
@@ -43,10 +43,10 @@ class Loading(Rows):
             row = await cur.fetchone()
         count, low, high = (int(row[0]), row[1], row[2]) if row else (0, None, None)
         if count == 0 or low is None or high is None:
-            return sink_arrays(_load.Sink(0, dim))
+            return sink_arrays(_load.Sink(0, dim, texts=texts))
         if self.path == ":memory:" or self._in_transaction:
-            sink = _load.Sink(count, dim)
-            async with self.conn.execute(_load.SELECT_READY, (stream, low, high)) as cur:
+            sink = _load.Sink(count, dim, texts=texts)
+            async with self.conn.execute(_load.select_ready(texts=texts), (stream, low, high)) as cur:
                 while rows := list(await cur.fetchmany(_load.CHUNK)):
                     try:
                         sink.put(rows)
@@ -57,32 +57,13 @@ class Loading(Rows):
         if workers > 1:
             try:
                 parts = await asyncio.to_thread(_load.load_in_processes, sqlite_module().__name__, self.path,
-                                                stream, int(low), int(high), count, dim, workers)
-                return part_arrays(parts, dim)
+                                                stream, int(low), int(high), count, dim, workers, texts=texts)
+                return part_arrays(parts, dim, texts=texts)
             except _load.LoadError as exc:
                 raise StoreError(str(exc)) from exc
             except _load.WorkerFailed as exc:
                 log.warning("loading stream %r in %d processes failed (%s); loading it here", stream, workers, exc)
-        return await asyncio.to_thread(self._read_range, stream, int(low), int(high), count, dim)
-
-    async def stream_texts(self, stream: str) -> tuple[list[int], list[str]]:
-        """(ids, texts) of the ready memories of a stream, for its lexical index."""
-        sql = "SELECT id, text FROM memories WHERE stream = ? AND status = 'ready'"
-        if self.path == ":memory:" or self._in_transaction:
-            async with self.conn.execute(sql, (stream,)) as cur:
-                rows = list(await cur.fetchall())
-        else:
-            def read() -> list[Any]:
-                conn = _load.read_only(sqlite_module(), self.path)()
-                try:
-                    return list(conn.execute(sql, (stream,)).fetchall())
-                finally:
-                    conn.close()
-            try:
-                rows = await asyncio.to_thread(read)
-            except sqlite_module().Error as exc:
-                raise connection.store_error(exc, self.path) from exc
-        return [int(r[0]) for r in rows], [str(r[1]) for r in rows]
+        return await asyncio.to_thread(self._read_range, stream, int(low), int(high), count, dim, texts)
 
     def _load_workers(self, count: int) -> int:
         """How many processes read a stream of `count` rows (1: this one)."""
@@ -98,8 +79,8 @@ class Loading(Rows):
             cores = os.cpu_count() or 1
         return max(1, min(cores, MAX_LOAD_PROCESSES, count // (PARALLEL_LOAD_ROWS // 2)))
 
-    def _read_range(self, stream: str, low: int, high: int, count: int, dim: int) -> StreamArrays:
-        sink = _load.Sink(count, dim)
+    def _read_range(self, stream: str, low: int, high: int, count: int, dim: int, texts: bool) -> StreamArrays:
+        sink = _load.Sink(count, dim, texts=texts)
         try:
             _load.read_range(_load.read_only(sqlite_module(), self.path), stream, low, high, sink)
         except _load.LoadError as exc:

@@ -1,0 +1,252 @@
+"""Loading a stream for retrieval: both backends give the same arrays, bit for bit, and the same texts (edge
+values, deletions, other streams in between, one reader or several, inside a transaction); a write after the
+load's snapshot shows at the next check; anything malformed from PostgreSQL is a clear error, never arrays."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+
+from memstream import _load
+from memstream.errors import StoreError
+from memstream.store import NewMemory, Store, StreamArrays
+from memstream.store.postgres.grouped import PLAN, GroupReader, copy_sql
+from tests.memstream.helpers import run_sql
+
+T0 = 1_700_000_000.0
+DIM = 6
+TEXTS = ["", "plain", "naïve café", "日本語のテキスト", "e\u0301 (combining)", "emoji 🎉🧑‍🎨", "tab\tnew\nline",
+         "quotes ' \" and \\ back\\slash", "مرحبا", "x" * 10_000, "{\"json\": [1, 2]}", "\u200b zero width",
+         "  padded  ", "\n"]
+EDGES = [np.zeros(DIM), [-0.0, 0.0, -0.0, 1.0, -1.0, 0.5], [1.4e-45, -1.4e-45, 1e-38, 3.4e38, -3.4e38, 1.0],
+         [1e-20, 2e-20, 3e-20, 1e20, 1e-3, 7.0]]
+
+
+def _memories(n: int, seed: int = 0) -> list[NewMemory]:
+    """n memories over three interleaved streams (guild:1's ids sparse), edge embeddings and texts among them,
+    importance 1 to 10, times with fractions; every 50th pending (no embedding)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        stream = ("guild:1", "guild:1", "guild:2", "guild:1", "dm:3")[i % 5]
+        pending = i % 50 == 6  # in guild:1
+        vector = (np.asarray(EDGES[i % 97], np.float32) if i % 97 < len(EDGES)
+                  else rng.standard_normal(DIM) * (1 if i % 3 else rng.uniform(1e-3, 1e3)))
+        out.append(NewMemory(stream=stream, kind="observation" if i % 7 else "reflection",
+                             text=TEXTS[i % len(TEXTS)] + f" #{i}" * (i % 2), created_at=T0 + i * 61.37 + rng.random(),
+                             importance=None if pending else int(rng.integers(1, 11)),
+                             importance_source=None if pending else "given",
+                             embedding=None if pending else vector.astype(np.float32)))
+    return out
+
+
+def _by_id(arrays: StreamArrays) -> dict[str, Any]:
+    """The arrays in id order, floats as their bits; the texts in the same order."""
+    order = np.argsort(arrays.ids, kind="stable")
+    assert arrays.inverse_norms is not None
+    out: dict[str, Any] = {"ids": arrays.ids[order].tolist()}
+    for name in ("importance", "last_accessed", "created", "inverse_norms"):
+        out[name] = np.ascontiguousarray(getattr(arrays, name)[order]).tobytes()
+    out["matrix"] = np.ascontiguousarray(arrays.matrix()[order]).tobytes()
+    out["texts"] = None if arrays.texts is None else [arrays.texts[i] for i in order.tolist()]
+    return out
+
+
+async def _fill(store: Store, memories: list[NewMemory]) -> set[int]:
+    """Insert, touch some, delete some of guild:1 (both ends, a run, a few): the ids of its ready memories."""
+    ids = await store.insert(memories)
+    assert ids == list(range(1, len(memories) + 1))  # the same ids on both backends
+    await store.touch(ids[::11], T0 + 1e6 + 0.123)
+    mine = [i for i, m in zip(ids, memories, strict=True) if m.stream == "guild:1"]
+    doomed = {mine[0], mine[-1], *mine[100:140], *mine[500:503]}
+    await store.delete(sorted(doomed))
+    return {i for i in mine if i not in doomed and memories[i - 1].embedding is not None}
+
+
+async def test_both_backends_load_the_same_arrays_and_texts_bit_for_bit(tmp_path: Path, postgres_url: str) -> None:
+    memories = _memories(3_000)
+    loads: dict[tuple[str, int], dict[str, Any]] = {}
+    for name, location in (("sqlite", tmp_path / "a.db"), ("postgres", postgres_url)):
+        async with await Store.open(location) as store:
+            ready = await _fill(store, memories)
+        for readers in (1, 3):
+            async with await Store.open(location, load_processes=readers) as store:
+                loaded = await store.load_stream("guild:1", texts=True)
+                assert isinstance(loaded.embeddings, list) == (readers > 1)
+                loads[name, readers] = _by_id(loaded)
+                assert _by_id(await store.load_stream("guild:1"))["texts"] is None
+                assert _by_id(await store.load_stream("guild:1")) == {**loads[name, readers], "texts": None}
+        async with await Store.open(location) as store, store.transaction():  # what the transaction sees
+            [extra] = await store.insert([memories[0]])
+            loads[name, 0] = _by_id(await store.load_stream("guild:1", texts=True))
+            assert loads[name, 0]["ids"][-1] == extra
+    first = loads["sqlite", 1]
+    assert first["ids"] == sorted(ready) and 1_600 < len(ready) < 1_800
+    expected = [memories[i - 1] for i in sorted(ready)]
+    assert first["texts"] == [m.text for m in expected]
+    assert np.frombuffer(first["matrix"], np.float32).reshape(-1, DIM)[0].tolist() == [-0.0, 0.0, -0.0, 1, -1, 0.5]
+    assert {m.text.split(" #")[0] for m in expected} == set(TEXTS)
+    for key, got in loads.items():
+        if key[1] == 0:
+            assert got == loads["sqlite", 0], key
+        else:
+            assert got == first, key
+
+
+async def test_an_empty_stream_loads_as_no_rows_on_both(tmp_path: Path, postgres_url: str) -> None:
+    for location in (tmp_path / "a.db", postgres_url):
+        async with await Store.open(location) as store:
+            await store.insert(_memories(3)[2:3])  # guild:2 only
+            empty = await store.load_stream("guild:1", texts=True)
+            assert len(empty.ids) == 0 and empty.texts == [] and empty.matrix().shape[0] == 0
+
+
+async def test_a_write_after_the_loads_snapshot_shows_at_the_next_check(postgres_url: str) -> None:
+    here, there = await Store.open(postgres_url, load_processes=3), await Store.open(postgres_url)
+    try:
+        await here.insert(_memories(20_000, seed=1))
+        ready = {int(i) for i in (await here.load_stream("guild:1")).ids}
+        for n in range(6):
+            loading = asyncio.ensure_future(here.load_stream("guild:1"))
+            await asyncio.sleep(0.005 * n)
+            async with there.transaction():  # one write at both ends of the stream (the first and last reader)
+                gone = min(ready)
+                await there.delete([gone])
+                [new] = await there.insert([_memories(1)[0]])
+            after = (ready - {gone}) | {new}
+            loaded = {int(i) for i in (await loading).ids}
+            assert loaded in (ready, after)  # one moment of the database, whichever: every reader in one snapshot
+            seen = await here.changed_elsewhere(["guild:1"])
+            assert loaded == after or seen == {"guild:1"}, "a write after the snapshot went unnoticed"
+            ready = after
+    finally:
+        await here.close()
+        await there.close()
+
+
+async def test_a_ready_memory_with_a_missing_value_fails_the_load(postgres_url: str) -> None:
+    async with await Store.open(postgres_url) as store:
+        ids = await store.insert(_memories(10))
+        await run_sql(store, "ALTER TABLE memories DROP CONSTRAINT memories_check")  # as a damaged table might
+        await run_sql(store, "ALTER TABLE memories ALTER COLUMN created_at DROP NOT NULL")
+        await run_sql(store, "UPDATE memories SET created_at = NULL WHERE id = ?", ids[3])
+        with pytest.raises(StoreError, match=r"cannot load stream 'guild:1': a memory among #0\.\.#255 has a missing"):
+            await store.load_stream("guild:1")
+        await run_sql(store, "UPDATE memories SET created_at = 1, embedding = NULL WHERE id = ?", ids[3])
+        with pytest.raises(StoreError, match=f"other than {DIM} dimensions \\(or none\\)"):
+            await store.load_stream("guild:1")
+
+
+# -- the grouped COPY, as PostgreSQL sent it, then damaged -----------------------------------------------------
+
+
+@pytest.fixture
+async def sent(postgres_url: str) -> tuple[list[tuple[int, int, int]], list[bytes]]:
+    """The groups of a 1,000-memory stream and the COPY messages PostgreSQL sends for them (with texts)."""
+    async with await Store.open(postgres_url) as store:
+        await store.insert(_memories(1_700))
+    async with await psycopg.AsyncConnection.connect(postgres_url, client_encoding="UTF8") as conn:
+        groups = [(int(a), int(b), int(c)) for a, b, c in await (await conn.execute(PLAN, ("guild:1",))).fetchall()]
+        messages = []
+        async with conn.cursor() as cur, cur.copy(copy_sql(DIM, texts=True), (
+                [g[0] for g in groups], [g[1] for g in groups], "guild:1")) as copy:
+            async for data in copy:
+                messages.append(bytes(data))
+    return groups, messages
+
+
+def _read(groups: list[tuple[int, int, int]], chunks: list[bytes], *, texts: bool = True) -> _load.Part:
+    reader = GroupReader(groups, DIM, texts=texts)
+    for chunk in chunks:
+        reader.feed(chunk)
+    return reader.finish()
+
+
+def _fields(message: bytes, offset: int = 0) -> list[bytes | None]:
+    """The fields of one COPY row (at `offset`: after the file header)."""
+    count, pos, out = int.from_bytes(message[offset:offset + 2], "big"), offset + 2, []
+    for _ in range(count):
+        length = int.from_bytes(message[pos:pos + 4], "big", signed=True)
+        out.append(None if length < 0 else message[pos + 4:pos + 4 + length])
+        pos += 4 + max(length, 0)
+    return out
+
+
+def _row(fields: list[bytes | None]) -> bytes:
+    out = len(fields).to_bytes(2, "big")
+    for field in fields:
+        out += (-1).to_bytes(4, "big", signed=True) if field is None else len(field).to_bytes(4, "big") + field
+    return out
+
+
+def test_the_copy_is_read_the_same_however_it_is_cut(sent: Any) -> None:
+    groups, messages = sent
+    assert len(groups) >= 2 and len(messages) == len(groups) + 1  # a message a group, then the trailer
+    whole = _read(groups, messages)
+    assert len(whole.columns["ids"]) == sum(g[2] for g in groups) and whole.texts is not None
+    joined = b"".join(messages)
+    rng = np.random.default_rng(3)
+    for cuts in ([], [1], [5, 19, 20], sorted(rng.choice(len(joined), 40, replace=False).tolist())):
+        bounds = [0, *cuts, len(joined)]
+        part = _read(groups, [joined[a:b] for a, b in itertools.pairwise(bounds)])
+        assert np.array_equal(part.embeddings, whole.embeddings) and part.texts == whole.texts
+        assert all(np.array_equal(part.columns[k], whole.columns[k]) for k in whole.columns)
+
+
+def _damaged(messages: list[bytes], group: int, field: int, value: bytes | None) -> list[bytes]:
+    """The messages with one field of one group's row replaced (group 0 comes after the 19-byte header)."""
+    offset = 19 if group == 0 else 0
+    fields = _fields(messages[group], offset)
+    fields[field] = value
+    return [*messages[:group], messages[group][:offset] + _row(fields), *messages[group + 1:]]
+
+
+def _number(n: int) -> bytes:
+    return n.to_bytes(8, "big", signed=True)
+
+
+@pytest.mark.parametrize(("group", "field", "value", "error"), [
+    (0, 0, _number(0), "group 0 of"),  # the group number
+    (1, 0, _number(1), r"group 1 of \d+ \(or twice\)"),
+    (0, 1, _number(5), "sent 5 memories among #0..#"),  # the row count
+    (0, 2, _number(1), "other than 6 dimensions"),  # the server's count of wrong vectors
+    (0, 3, None, "among #0..#.* has a missing or malformed value"),  # ids
+    (1, 5, b"\x00" * 12, "has a missing or malformed value"),  # last access: 3 of them
+    (0, 7, None, "missing or malformed"),  # the vectors
+    (0, 8, None, "missing or malformed"),  # the texts' lengths
+    (0, 9, b"\xff\xfe", "texts of the memories among #0..#.* came malformed"),  # not UTF-8
+    (0, 9, b"short", "texts of the memories among #0..#.* came malformed"),
+])
+def test_a_damaged_group_is_an_error_never_arrays(sent: Any, group: int, field: int, value: bytes | None,
+                                                  error: str) -> None:
+    groups, messages = sent
+    with pytest.raises(_load.LoadError, match=error):
+        _read(groups, _damaged(messages, group, field, value))
+
+
+def test_a_vector_not_in_pgvectors_format_is_an_error(sent: Any) -> None:
+    groups, messages = sent
+    vectors = bytearray(_fields(messages[0], 19)[7] or b"")
+    vectors[4 + 4 * DIM + 1] ^= 0xFF  # the second vector's dimension (its header: dim, unused)
+    with pytest.raises(_load.LoadError, match="not in pgvector's binary format"):
+        _read(groups, _damaged(messages, 0, 7, bytes(vectors)))
+
+
+@pytest.mark.parametrize(("change", "error"), [
+    (lambda m: m[:-1], "came incomplete"),  # no trailer
+    (lambda m: [m[0][:-3], *m[1:]], "rows of .* fields|came malformed"),  # a row cut short
+    (lambda m: [b"PGCOPY\n\xff\r\n\x01" + m[0][11:], *m[1:]], "not in the expected binary format"),
+    (lambda m: [*m, m[-1]], "went on after its end"),
+    (lambda m: [m[0], *m[2:]], "did not come from the server"),  # a group missing
+    (lambda m: [m[0][:19] + (3).to_bytes(2, "big") + m[0][21:], *m[1:]], "rows of 3 fields, expected 10"),
+])
+def test_a_damaged_copy_is_an_error(sent: Any, change: Any, error: str) -> None:
+    groups, messages = sent
+    with pytest.raises(_load.LoadError, match=error):
+        _read(groups, change(messages))
