@@ -51,6 +51,14 @@ class WorkerFailed(Exception):
     """A worker process could not start or did not finish; the caller loads in its own process instead."""
 
 
+def cores() -> int:
+    """The cores this process may run on (its affinity on Linux)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def inverse_norms(matrix: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     """1 / the Euclidean norm of each row (summed in float64), 0 for a zero row."""
     squares = np.einsum("ij,ij->i", matrix, matrix, dtype=np.float64)

@@ -5,7 +5,6 @@ query)."""
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -36,10 +35,7 @@ class Loading(Rows):
             return self.readers
         if count < PARALLEL_LOAD_ROWS:
             return 1
-        try:
-            cores = len(os.sched_getaffinity(0))
-        except AttributeError:  # not Linux
-            cores = os.cpu_count() or 1
+        cores = _load.cores()
         return max(2, min(cores + 1, MAX_READERS))
 
     async def load_stream(self, stream: str, *, texts: bool = False) -> StreamArrays:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import AsyncIterator, Iterable
 
 from memstream import _load
@@ -73,10 +72,7 @@ class Loading(Rows):
             return self.load_processes
         if count < PARALLEL_LOAD_ROWS:
             return 1
-        try:
-            cores = len(os.sched_getaffinity(0))
-        except AttributeError:  # not Linux
-            cores = os.cpu_count() or 1
+        cores = _load.cores()
         return max(1, min(cores, MAX_LOAD_PROCESSES, count // (PARALLEL_LOAD_ROWS // 2)))
 
     def _read_range(self, stream: str, low: int, high: int, count: int, dim: int, texts: bool) -> StreamArrays:
