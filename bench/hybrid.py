@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numba
 import numpy as np
 
 from bench.data import NOW, STREAM, columns, query, store_file, text
@@ -45,6 +46,36 @@ def _ms(fn: Any) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
+@numba.njit(nogil=True, fastmath={"reassoc"})
+def _plain_sum(values: Any) -> float:  # compiled, summed in any order: as vectorized as the compiler can
+    total = np.float32(0.0)
+    for i in range(values.size):
+        total += values[i]
+    return float(total)
+
+
+class Floors:
+    """The fastest plain passes over a matrix's bytes that can be written here: np.sum, and a compiled sum,
+    each split over every core; a BLAS product with a vector of ones (timed on its own: OpenBLAS threads
+    spin for a while after a product and would slow whatever ran next)."""
+
+    def __init__(self, blocks: list[Any], pool: ThreadPoolExecutor, cores: int) -> None:
+        self.blocks = blocks
+        parts = [p for block in blocks for p in np.array_split(block, cores)]
+        flat = [p.reshape(-1) for p in parts]
+        self.passes = {"floor_sum": lambda: list(pool.map(np.sum, parts)),
+                       "floor_loops": lambda: list(pool.map(_plain_sum, flat))}
+
+    def gemv(self, reps: int) -> list[float]:
+        ones = np.ones(self.blocks[0].shape[1], np.float32)
+
+        def product() -> object:
+            return [block @ ones for block in self.blocks]
+
+        product()
+        return [_ms(product) for _ in range(reps)]
+
+
 def run_case(n: int, dim: int, reps: int) -> dict[str, Any]:
     data = columns(n, dim)
     vectors = StreamVectors(data.arrays(), copy=False)
@@ -55,41 +86,61 @@ def run_case(n: int, dim: int, reps: int) -> dict[str, Any]:
     dense_config, hybrid_config = StreamConfig(), StreamConfig.for_profile("hybrid")
     kernels.warm()
     cores = len(os.sched_getaffinity(0))
-    parts = [p for _, block in vectors.blocks() for p in np.array_split(block, cores)]
-    times: dict[str, list[float]] = {"dense": [], "hybrid": []}
+    times: dict[str, list[float]] = {}
     with ThreadPoolExecutor(cores) as pool:
-        def floor() -> object:
-            return list(pool.map(np.sum, parts))
-
-        def dense() -> object:
-            return rank(vectors, q, NOW, dense_config, K)
-
-        def hybrid() -> object:
-            return rank(vectors, q, NOW, hybrid_config, K, text=QUERY)
-
-        # The floor on its own, before any BLAS call: OpenBLAS's threads keep spinning for a while after a
-        # product and would slow a pass timed right after one (68 ms at 1M instead of 48-53 here).
-        ones = np.ones(dim, np.float32)
-        floors = {"floor_sum": floor, "floor_gemv": lambda: [block @ ones for _, block in vectors.blocks()]}
-        for name, fn in floors.items():  # the sum first: the product leaves BLAS threads spinning
-            fn()
-            times[name] = [_ms(fn) for _ in range(reps)]
-        for fn in (dense, hybrid):
-            fn()
-        for _ in range(reps):
-            for name, fn in (("dense", dense), ("hybrid", hybrid)):
-                times[name].append(_ms(fn))
-    times.update(asyncio.run(_public(n, dim, reps)))
+        floors = Floors([block for _, block in vectors.blocks()], pool, cores)
+        runs = {**floors.passes,
+                "dense": lambda: rank(vectors, q, NOW, dense_config, K),
+                "hybrid": lambda: rank(vectors, q, NOW, hybrid_config, K, text=QUERY)}
+        times = _rounds(runs, reps)
+        times["floor_gemv"] = floors.gemv(reps)
+        times.update(asyncio.run(_public(n, dim, reps, pool, cores)))
     med = {name: statistics.median(values) for name, values in times.items()}
-    med["floor"] = min(med["floor_sum"], med["floor_gemv"])
+    med["floor"] = min(med["floor_sum"], med["floor_loops"], med["floor_gemv"])
+    med["floor_store"] = min(med["store_floor_sum"], med["store_floor_loops"], med["store_floor_gemv"])
     return {"n": n, "dim": dim, "index_build_s": build_s, **{f"{k}_ms": v for k, v in med.items()},
             "hybrid_over_dense": med["hybrid"] / med["dense"], "dense_over_floor": med["dense"] / med["floor"],
-            "retrieve_over_floor": med["retrieve"] / med["floor"],
+            "retrieve_over_floor": med["retrieve"] / med["floor_store"],
             "retrieve_hybrid_over_dense": med["retrieve_hybrid"] / med["retrieve"]}
 
 
-async def _public(n: int, dim: int, reps: int) -> dict[str, list[float]]:
-    """MemoryStream.retrieve, the public path (embed, score, fetch, touch in the file), over a store file."""
+def _rounds(runs: dict[str, Any], reps: int) -> dict[str, list[float]]:
+    """Each run once to warm up, then `reps` rounds of one run each, interleaved: what slows the machine for
+    a while slows them all alike."""
+    for fn in runs.values():
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(reps):
+        for name, fn in runs.items():
+            times[name].append(_ms(fn))
+    return times
+
+
+async def _rounds_async(runs: dict[str, Any], reps: int) -> dict[str, list[float]]:
+    """_rounds with MemoryStream.retrieve among the runs (a stream in place of a function), timed in the event
+    loop as a caller would."""
+    async def once(run: Any) -> float:
+        start = time.perf_counter()
+        if isinstance(run, MemoryStream):
+            await run.retrieve(QUERY, stream=STREAM)
+        else:
+            run()
+        return (time.perf_counter() - start) * 1e3
+
+    for run in runs.values():
+        await once(run)
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(reps):
+        for name, run in runs.items():
+            times[name].append(await once(run))
+    return times
+
+
+async def _public(n: int, dim: int, reps: int, pool: ThreadPoolExecutor, cores: int) -> dict[str, list[float]]:
+    """MemoryStream.retrieve, the public path (embed, score, fetch, touch in the file), over a store file each
+    profile, interleaved with the floors over the very matrix the store loaded (laid out in memory as the
+    store lays it out). Each profile's runs come in a block: interleaved, each would find the other's matrix
+    in the CPU caches instead of its own (at 100k x 384 a matrix fits in a large L3; at 1M none does)."""
     # One file each: a write by one store (retrieve touches) makes the other reload its stream.
     source = store_file(n, dim)
     folder = Path(tempfile.mkdtemp(prefix="bench-hybrid-"))
@@ -105,13 +156,18 @@ async def _public(n: int, dim: int, reps: int) -> dict[str, list[float]]:
                                      summary="", config=config, clock=FakeClock(from_timestamp(NOW)),
                                      auto_reflect=False)
         await streams[name].retrieve(QUERY, stream=STREAM)  # loads the stream (and its lexical index)
-    times: dict[str, list[float]] = {name: [] for name in streams}
+    times: dict[str, list[float]] = {}
     try:
-        for _ in range(reps):
-            for name, memory in streams.items():
-                start = time.perf_counter()
-                await memory.retrieve(QUERY, stream=STREAM)
-                times[name].append((time.perf_counter() - start) * 1e3)
+        for name, memory in streams.items():
+            runs: dict[str, Any] = {}
+            if name == "retrieve":
+                loaded = await memory.retriever.index.get(STREAM)
+                floors = Floors([block for _, block in loaded.blocks()], pool, cores)
+                times["store_floor_gemv"] = floors.gemv(reps)
+                runs = {f"store_{key}": fn for key, fn in floors.passes.items()}
+
+            runs[name] = memory
+            times.update(await _rounds_async(runs, reps))
     finally:
         for memory in streams.values():
             await memory.close()
@@ -125,16 +181,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--reps", type=int, default=15)
     args = parser.parse_args(argv)
-    print(f"{'n':>9} {'floor':>7} {'rank':>7} {'hybrid':>7} {'ratio':>6} {'rank/floor':>10} | {'retrieve':>8} "
-          f"{'hybrid':>7} {'ratio':>6} {'retrieve/floor':>14} | {'index build':>11}")
+    print(f"{'n':>9} {'floor':>7} {'rank':>7} {'hybrid':>7} {'ratio':>6} {'rank/floor':>10} | {'floor*':>7} "
+          f"{'retrieve':>8} {'hybrid':>7} {'ratio':>6} {'retrieve/floor*':>15} | {'index build':>11}")
     for n in (int(s) for s in args.sizes.split(",")):
         r = run_case(n, args.dim, args.reps)
         print(f"{n:>9} {r['floor_ms']:>7.1f} {r['dense_ms']:>7.1f} {r['hybrid_ms']:>7.1f} "
-              f"{r['hybrid_over_dense']:>6.2f} {r['dense_over_floor']:>10.2f} | {r['retrieve_ms']:>8.1f} "
-              f"{r['retrieve_hybrid_ms']:>7.1f} {r['retrieve_hybrid_over_dense']:>6.2f} "
-              f"{r['retrieve_over_floor']:>14.2f} | {r['index_build_s']:>10.1f}s")
+              f"{r['hybrid_over_dense']:>6.2f} {r['dense_over_floor']:>10.2f} | {r['floor_store_ms']:>7.1f} "
+              f"{r['retrieve_ms']:>8.1f} {r['retrieve_hybrid_ms']:>7.1f} {r['retrieve_hybrid_over_dense']:>6.2f} "
+              f"{r['retrieve_over_floor']:>15.2f} | {r['index_build_s']:>10.1f}s")
+        print("  floors: " + ", ".join(f"{key.removesuffix('_ms')} {value:.1f}" for key, value in r.items()
+                                       if "floor_" in key and key.endswith("_ms")))
     print("milliseconds, medians; rank = retrieve.rank (spec, compiled), hybrid = the same with the hybrid profile;"
-          " retrieve = MemoryStream.retrieve over the store file")
+          " retrieve = MemoryStream.retrieve over the store file; floor = the fastest plain pass over the bench's"
+          " matrix, floor* over the matrix the store loaded, each timed in the same rounds as what it is"
+          " compared with")
     return 0
 
 

@@ -13,9 +13,12 @@ import numpy as np
 
 from memstream.kernels import _U64, importance_terms, recency_terms, relevance_terms
 
-__all__ = ["finish", "first_pass", "prepare"]
+__all__ = ["candidates", "cosines", "cut", "finish", "pass_terms", "prepare"]
 
 jit = numba.njit(cache=True, nogil=True, error_model="numpy")
+# The product alone may sum in any order and fuse multiply-adds: its error bound (retrieve._cosine_error) holds
+# for every order, with or without FMA. Nothing else here may.
+product = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
 rec_terms, imp_terms, rel_terms = jit(recency_terms), jit(importance_terms), jit(relevance_terms)
 
 
@@ -36,6 +39,41 @@ def prepare(query: Any) -> tuple[Any, float, Any]:
             unit[d] = np.float32(q64[d] / norm)
     return q64, norm, unit
 
+@product
+def cosines(matrix: Any, unit: Any, inverse_norms: Any, out: Any, start: int) -> tuple[float, float, bool]:
+    # Row r of this block is row start + r of the stream: out[start + r] = (matrix[r] . unit) * its inverse
+    # norm, in float32 (as np.matmul then np.multiply); returns the smallest and largest and whether any is NaN.
+    m, dim = matrix.shape
+    low = np.float32(np.inf)
+    high = np.float32(-np.inf)
+    nan = False
+    r = 0
+    while r < m:
+        step = 4 if r + 4 <= m else 1  # four rows at a time (four independent sums in flight), then one
+        a0 = a1 = a2 = a3 = np.float32(0.0)
+        if step == 4:
+            for d in range(dim):
+                u = unit[d]
+                a0 += matrix[r, d] * u
+                a1 += matrix[r + 1, d] * u
+                a2 += matrix[r + 2, d] * u
+                a3 += matrix[r + 3, d] * u
+        else:
+            for d in range(dim):
+                a0 += matrix[r, d] * unit[d]
+        for j in range(step):
+            a = a0 if j == 0 else (a1 if j == 1 else (a2 if j == 2 else a3))
+            c = a * inverse_norms[start + r + j]
+            out[start + r + j] = c
+            if c != c:
+                nan = True
+            elif c < low:
+                low = c
+            if c > high:
+                high = c
+        r += step
+    return float(low), float(high), nan
+
 @jit
 def score(i: int, y: Any, y_cap: float, rec_scale: float, importance: Any, imp_scale: float, c: float,
           cos_scale: float) -> float:
@@ -50,37 +88,31 @@ def score(i: int, y: Any, y_cap: float, rec_scale: float, importance: Any, imp_s
     return s
 
 @jit
-def first_pass(dots: Any, inverse_norms: Any, y: Any, t0: float, importance: Any, now: float, decay: float,
-               w_rec: float, w_imp: float, w_rel: float, last_low: float, last_high: float, imp_low: float,
-               imp_high: float, dim_error: float, k: int, rows: Any, extremes: Any) -> tuple[int, int]:
-    # After the product: dots[i] *= inverse_norms[i] (float32, as np.multiply), their range, then every
-    # row's approximate score, kept only as far as needed: into `rows`, the rows within twice the slack
-    # of the k-th best score; into `extremes`, the rows that can hold the smallest or largest cosine.
-    # Returns how many of each, -1 if they did not fit.
-    n = dots.size
-    low = np.float32(np.inf)
-    high = np.float32(-np.inf)
-    nan = False
-    for i in range(n):
-        c = dots[i] * inverse_norms[i]
-        dots[i] = c
-        if c != c:
-            nan = True
-        elif c < low:
-            low = c
-        if c > high:
-            high = c
-    lo, hi = float(low), float(high)
+def pass_terms(lo: float, hi: float, nan: bool, t0: float, now: float, decay: float, w_rec: float, w_imp: float,
+               w_rel: float, last_low: float, last_high: float, imp_low: float, imp_high: float,
+               dim_error: float) -> tuple[float, float, float, float, float, float, float]:
+    # Pass 1's scales from the float32 cosines' range (lo, hi; nan: whether any is NaN): (rec_scale, y_cap,
+    # imp_scale, cos_scale, gap: twice the slack, and the cosines at or beyond which a row may hold the
+    # stream's smallest or largest cosine).
     error = dim_error if (math.isfinite(lo + hi) and not nan) else np.inf
     rec_scale, y_cap, slack, magnitude = rec_terms(w_rec, decay, last_low, last_high, now, t0)
     imp_scale, imp_magnitude = imp_terms(w_imp, imp_low, imp_high)
     cos_scale, slack = rel_terms(lo, hi, error, w_rel, slack, magnitude + imp_magnitude, w_rec + w_imp + w_rel)
-    gap = 2 * slack
     cut_low, cut_high = (lo + 2 * error, hi - 2 * error) if math.isfinite(error) else (np.inf, -np.inf)
-    best = np.full(max(k, 1), -np.inf)  # the k best so far, ascending
+    return rec_scale, y_cap, imp_scale, cos_scale, 2 * slack, cut_low, cut_high
+
+@jit
+def candidates(dots: Any, start: int, end: int, y: Any, importance: Any, rec_scale: float, y_cap: float,
+               imp_scale: float, cos_scale: float, gap: float, cut_low: float, cut_high: float, best: Any,
+               rows: Any, extremes: Any) -> tuple[int, int]:
+    # Rows start..end-1 of pass 1: each row's approximate score, kept only as far as needed: into `rows`,
+    # the rows within `gap` of the k-th best score so far (`best`, ascending, updated: its size is k); into
+    # `extremes`, the rows that can hold the smallest or largest cosine. Returns how many of each (more than
+    # the room given: they did not all fit).
     count = 0
     ext = 0
-    for i in range(n):
+    floor = best[0] - gap  # rows scoring below it cannot be among the k best
+    for i in range(start, end):
         c = dots[i]
         s = 0.0
         if rec_scale != 0.0:
@@ -90,31 +122,34 @@ def first_pass(dots: Any, inverse_norms: Any, y: Any, t0: float, importance: Any
             s = s + importance[i] * imp_scale
         if cos_scale != 0.0:
             s = s + np.float64(c) * cos_scale
-        if s > best[0]:
-            j = 0
-            while j + 1 < best.size and best[j + 1] < s:
-                best[j] = best[j + 1]
-                j += 1
-            best[j] = s
-        # best[0] only grows: the rows kept here are a superset of the final cut below.
-        if not (s < best[0] - gap):
+        if not (s < floor):
+            if s > best[0]:
+                j = 0
+                while j + 1 < best.size and best[j + 1] < s:
+                    best[j] = best[j + 1]
+                    j += 1
+                best[j] = s
+                floor = best[0] - gap  # best[0] only grows: the rows kept are a superset of the final cut
             if count < rows.size:
                 rows[count] = i
             count += 1
-        if c <= cut_low or c >= cut_high or c != c:
+        if not (c > cut_low and c < cut_high):  # (a NaN too)
             if ext < extremes.size:
                 extremes[ext] = i
             ext += 1
-    if count > rows.size or ext > extremes.size:
-        return -1, -1
+    return count, ext
+
+@jit
+def cut(dots: Any, rows: Any, y: Any, importance: Any, rec_scale: float, y_cap: float, imp_scale: float,
+        cos_scale: float, floor: float) -> int:
+    # Keeps, in place and in order, the rows whose score is not below `floor`; returns how many.
     kept = 0
-    for j in range(count):
+    for j in range(rows.size):
         i = rows[j]
-        if not (score(i, y, y_cap, rec_scale, importance, imp_scale, np.float64(dots[i]), cos_scale)
-                < best[0] - gap):
+        if not (score(i, y, y_cap, rec_scale, importance, imp_scale, np.float64(dots[i]), cos_scale) < floor):
             rows[kept] = i
             kept += 1
-    return kept, ext
+    return kept
 
 @jit
 def exact_rows(matrix: Any, query: Any, q_norm: float) -> Any:

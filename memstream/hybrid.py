@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from memstream import kernels
 from memstream.config import StreamConfig
 from memstream.errors import StoreError
 from memstream.lexical import bm25_reference
@@ -113,7 +114,7 @@ def rank_hybrid(vectors: StreamVectors, query: npt.NDArray[np.float32], text: st
     score: F64 | None = None
     extremes: I64 | None = None
     if q_norm != 0.0:
-        cos = _cosines(vectors, (q64 / q_norm).astype(np.float32))
+        cos = _cosines(vectors, (q64 / q_norm).astype(np.float32), compiled=kernels.ready())
         low, high = float(cos.min()), float(cos.max())
         error = _cosine_error(vectors, low, high)
         if high - low > 4 * error:

@@ -2,15 +2,16 @@
 
 Why compiled: the matrix product streams the whole matrix through the CPU caches, and every numpy call after
 it starts cold. At 10k memories the few dozen small calls around the product cost a third as much as the
-product itself. Here a query is three compiled calls around the product: `prepare` (the query), `first_pass`
-(every row's approximate score, the candidates) and `finish` (the exact scores, the top k).
+product itself. Here a query is `prepare` (the query), pass 1 (scan.py: the product and every row's
+approximate score, the candidates, split over the cores) and `finish` (the exact scores, the top k).
 
 The loops do the same floating-point operations, in the same order, as the numpy path and the reference (no
 fast-math: no reassociation, no fused multiply-add), so the error bounds argued in retrieve.py hold for both
-paths, and the exact pass reproduces the reference's sums and pow() bit for bit. tests/memstream/
-test_fastpath.py checks both paths against the reference. The scalar rules (`recency_terms`,
-`importance_terms`, `relevance_terms`) are plain Python, used as they are by the numpy path and compiled
-into the loops: one definition for both.
+paths, and the exact pass reproduces the reference's sums and pow() bit for bit. The one exception is
+the float32 product, whose error bound holds for any order of its sums, with or without fused
+multiply-adds. tests/memstream/test_fastpath.py checks both paths against the reference. The scalar rules
+(`recency_terms`, `importance_terms`, `relevance_terms`) are plain Python, used as they are by the numpy
+path and compiled into the loops: one definition for both.
 
 The loops are compiled once and cached on disk (numba's cache: beside this file if it is writable, else the
 user's cache directory); loading them still takes a few seconds, so no query waits for it: `warm()` starts it
@@ -30,7 +31,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["available", "finish", "first_pass", "importance_terms", "prepare", "ready", "recency_terms",
+__all__ = ["available", "finish", "importance_terms", "loops", "prepare", "ready", "recency_terms",
            "relevance_terms", "warm"]
 
 log = logging.getLogger(__name__)
@@ -40,8 +41,6 @@ F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 
 _U64 = 2.0**-53  # unit roundoff of float64
-# Room for candidates and extreme rows in a compiled pass; beyond it the numpy path takes the query.
-_ROOM = 4096
 _lock = threading.Lock()
 _kernels: dict[str, Any] | None = None
 _failed = False
@@ -105,7 +104,8 @@ def relevance_terms(low: float, high: float, error: float, weight: float, slack:
 def _compile() -> dict[str, Any]:
     from memstream import _loops  # optional: numba imported, the loops compiled or loaded, on first use
 
-    return {"prepare": _loops.prepare, "first_pass": _loops.first_pass, "finish": _loops.finish}
+    return {"prepare": _loops.prepare, "cosines": _loops.cosines, "pass_terms": _loops.pass_terms,
+            "candidates": _loops.candidates, "cut": _loops.cut, "finish": _loops.finish}
 
 
 def _get() -> dict[str, Any] | None:
@@ -131,8 +131,10 @@ def _warm(kernels: dict[str, Any]) -> None:
     # The argument types of real calls, so that each loop is compiled (or loaded) once, here.
     ones32, ones, rows = np.ones(4, np.float32), np.ones(4), np.arange(4, dtype=np.int64)
     kernels["prepare"](ones32)
-    kernels["first_pass"](ones32.copy(), ones32, ones, 0.0, ones, 1.0, 0.5, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 2.0,
-                          1e-6, 2, rows.copy(), rows.copy())
+    kernels["cosines"](np.ones((4, 4), np.float32), ones32, ones32, ones32.copy(), 0)
+    terms = kernels["pass_terms"](0.0, 1.0, False, 0.0, 1.0, 0.5, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 2.0, 1e-6)
+    kernels["candidates"](ones32, 0, 4, ones, ones, *terms, np.full(2, -np.inf), rows.copy(), rows.copy())
+    kernels["cut"](ones32, rows.copy(), ones, ones, *terms[:4], 0.0)
     kernels["finish"](np.ones((4, 4), np.float32), 0, rows[:2], rows[2:], ones, 2.0, ones, ones, ones, rows,
                       2.0, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 2)
 
@@ -163,7 +165,8 @@ def warm(*, background: bool = False) -> None:
     threading.Thread(target=_get, name="memstream-loops", daemon=True).start()
 
 
-def _loops() -> dict[str, Any]:
+def loops() -> dict[str, Any]:
+    """The compiled loops by name (scan.py runs pass 1's over the cores)."""
     kernels = _get()
     if kernels is None:
         raise RuntimeError("the compiled retrieval loops are not available")
@@ -172,30 +175,14 @@ def _loops() -> dict[str, Any]:
 
 def prepare(query: F32) -> tuple[F64, float, F32]:
     """(the query in float64, its reference norm, the float32 unit query)."""
-    q64, norm, unit = _loops()["prepare"](query)
+    q64, norm, unit = loops()["prepare"](query)
     return q64, norm, unit
-
-
-def first_pass(dots: F32, inverse_norms: F32, y: F64, t0: float, importance: F64, now: float, decay: float,
-               weights: tuple[float, float, float], last_range: tuple[float, float],
-               importance_range: tuple[float, float], dim_error: float, k: int,
-               room: int = _ROOM) -> tuple[I64, I64] | None:
-    """Pass 1 after the product: (candidate rows, rows that can hold the extreme cosines), or None if more
-    than `room` of either (scores equal within the error bound: the numpy path copes). Scales `dots` to
-    cosines in place."""
-    room = min(room, dots.size)
-    rows, extremes = np.empty(room, np.int64), np.empty(room, np.int64)
-    count, ext = _loops()["first_pass"](dots, inverse_norms, y, t0, importance, now, decay, *weights, *last_range,
-                                        *importance_range, dim_error, k, rows, extremes)
-    if count < 0:
-        return None
-    return rows[:count], extremes[:ext]
 
 
 def finish(matrix: F32, offset: int, rows: I64, extremes: I64, query: F64, q_norm: float, last: F64,
            importance: F64, created: F64, ids: I64, now: float, decay: float, weights: tuple[float, float, float],
            last_range: tuple[float, float], importance_range: tuple[float, float], k: int) -> tuple[I64, F64]:
     """Pass 2: the top rows and, row by row, their (score, recency, importance, relevance, cosine)."""
-    top, parts = _loops()["finish"](matrix, offset, rows, extremes, query, q_norm, last, importance, created, ids,
+    top, parts = loops()["finish"](matrix, offset, rows, extremes, query, q_norm, last, importance, created, ids,
                                     now, decay, *weights, *last_range, *importance_range, k)
     return top, parts

@@ -23,7 +23,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from memstream import kernels
+from memstream import kernels, scan
 from memstream.clock import Clock, to_timestamp
 from memstream.config import StreamConfig
 from memstream.errors import StoreError
@@ -172,9 +172,12 @@ def exact_cosines(vectors: StreamVectors, rows: I64, query: F64, q_norm: float |
     return out
 
 
-def _cosines(vectors: StreamVectors, unit: F32) -> F32:
-    """cos(row, query) in float32 for every row: one pass over the matrix."""
+def _cosines(vectors: StreamVectors, unit: F32, compiled: bool = False) -> F32:
+    """cos(row, query) in float32 for every row: one pass over the matrix (scan.py's if `compiled`)."""
     out = np.empty(vectors.n, np.float32)
+    if compiled:
+        scan.cosines(list(vectors.blocks()), unit, vectors.inverse_norms, out)
+        return out
     for start, block in vectors.blocks():
         np.matmul(block, unit, out=out[start:start + len(block)])
     np.multiply(out, vectors.inverse_norms, out=out)
@@ -324,7 +327,8 @@ def _rank_profile(vectors: StreamVectors, query: F32, q_norm: float, now: float,
     if q_norm == 0.0:
         cosine = np.zeros(vectors.n, np.float64)
     else:
-        cosine = _cosines(vectors, (query.astype(np.float64) / q_norm).astype(np.float32)).astype(np.float64)
+        unit = (query.astype(np.float64) / q_norm).astype(np.float32)
+        cosine = _cosines(vectors, unit, compiled=kernels.ready()).astype(np.float64)
     parts = score_parts(config, cosine=cosine, importance=vectors.importance, last_accessed=vectors.last_accessed,
                         created=vectors.created, now=now)
     score = (config.weight_recency * parts[0] + config.weight_importance * parts[1]
@@ -388,12 +392,9 @@ def _rank_compiled(vectors: StreamVectors, query: F32, now: float, config: Strea
     last_range, imp_range = (lim["last_min"], lim["last_max"]), (lim["imp_min"], lim["imp_max"])
     weights = (config.weight_recency, config.weight_importance, config.weight_relevance)
     dim_error = (vectors.dim + 32) * 2 * _U32 if vectors.trusted else math.inf
-    dots = np.empty(vectors.n, np.float32)
     blocks = list(vectors.blocks())
-    for start, block in blocks:
-        np.matmul(block, unit, out=dots[start:start + len(block)])
-    found = kernels.first_pass(dots, vectors.inverse_norms, y, t0, vectors.importance, now, decay, weights,
-                               last_range, imp_range, dim_error, k)
+    found = scan.first_pass(blocks, unit, vectors.inverse_norms, y, t0, vectors.importance, now, decay, weights,
+                            last_range, imp_range, dim_error, k)
     if found is None:  # thousands of rows within the error bound of the k-th: the numpy path copes
         approx = _approximate(vectors, query, q_norm, now, config)
         return _exact(vectors, q64, q_norm, now, config, k, _candidates(approx.score, approx.slack, k), approx)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memstream import kernels
+from memstream import kernels, scan
 from memstream._load import WorkerFailed, load_in_processes, processes_available, split
 from memstream.clock import to_timestamp
 from memstream.config import StreamConfig
@@ -108,9 +108,10 @@ def test_the_compiled_loops_are_in_use() -> None:
 def test_a_stream_of_thousands_of_equal_scores_overflows_the_loops_and_the_numpy_path_answers() -> None:
     rows = [(i, T0, T0 + 60.0, 5.0, [0.5, 0.5, 0.0]) for i in range(1, 6001)]
     vectors = _vectors(rows)
-    dots = np.ones(vectors.n, np.float32)
-    found = kernels.first_pass(dots, vectors.inverse_norms, vectors.importance, 0.0, vectors.importance, T0 + 3600,
-                               0.995, (1.0, 1.0, 1.0), (T0 + 60.0, T0 + 60.0), (5.0, 5.0), 1e-5, 5)
+    unit = np.array([1.0, 0.0, 0.0], np.float32)
+    found = scan.first_pass(list(vectors.blocks()), unit, vectors.inverse_norms, vectors.importance, 0.0,
+                            vectors.importance, T0 + 3600, 0.995, (1.0, 1.0, 1.0), (T0 + 60.0, T0 + 60.0),
+                            (5.0, 5.0), 1e-5, 5)
     assert found is None  # 6,000 candidates do not fit in the loop's room
     _assert_same(vectors, [1.0, 0.0, 0.0], T0 + 3600, StreamConfig(), 5)
     ranked = rank(vectors, np.array([1.0, 0.0, 0.0], np.float32), T0 + 3600, StreamConfig(), 5)
