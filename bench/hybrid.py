@@ -2,13 +2,13 @@
 
     python -m bench.hybrid [--sizes 100000,1000000] [--reps 15]
 
-Per size, in one process: the floor (the faster of np.sum over the embeddings split over every core and a
-BLAS product with a vector of ones: the fastest plain passes over those bytes that can be written here),
-then `rank` with the `spec` profile (compiled loops) and with the `hybrid` profile (the same float32 pass,
-BM25 over the stream's lexical index, the exact second pass), interleaved run by run, then the public
-MemoryStream.retrieve with each profile, over a store file each. Texts are bench.data's generated ones:
-each of 24 topic words is in about a quarter of the stream, a hard case for posting lists; the query names
-three. Targets: hybrid within 1.5x of dense, the dense retrieve path within 1.3x of the floor.
+Per size, in one process: `rank` with the `spec` profile (compiled loops) and with the `hybrid` profile (the
+same float32 pass, BM25 over the stream's lexical index, the exact second pass), in rounds with the floors
+(Floors: the fastest plain passes over those bytes that can be written here), then the public
+MemoryStream.retrieve with each profile, over a store file each, the spec one in rounds with the floors over
+the matrix its store loaded. Texts are bench.data's generated ones: each of 24 topic words is in about a
+quarter of the stream, a hard case for posting lists; the query names three. Targets: hybrid within 1.5x of
+dense, the dense retrieve path within 1.3x of the floor.
 """
 
 from __future__ import annotations
