@@ -29,7 +29,7 @@ import numba
 import numpy as np
 
 from bench.data import NOW, STREAM, columns, query, store_file, text
-from memstream import MemoryStream, RoleModel, Store, kernels
+from memstream import MemoryStream, RoleModel, Store, kernels, pages
 from memstream.clock import from_timestamp
 from memstream.config import StreamConfig
 from memstream.retrieve import rank
@@ -156,6 +156,7 @@ async def _public(n: int, dim: int, reps: int, pool: ThreadPoolExecutor, cores: 
                                      summary="", config=config, clock=FakeClock(from_timestamp(NOW)),
                                      auto_reflect=False)
         await streams[name].retrieve(QUERY, stream=STREAM)  # loads the stream (and its lexical index)
+    await asyncio.to_thread(pages.wait)  # the loaded matrices in huge pages, as a while after loading
     times: dict[str, list[float]] = {}
     try:
         for name, memory in streams.items():

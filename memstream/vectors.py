@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from memstream import kernels
+from memstream import kernels, pages
 from memstream._load import inverse_norms, large_empty
 from memstream.lexical import StreamTerms
 from memstream.store import Store, StreamArrays
@@ -415,6 +415,7 @@ class VectorIndex:
         try:
             arrays = await self.store.load_stream(stream, texts=self.lexical)
             vectors = await asyncio.to_thread(StreamVectors, arrays, copy=False)
+            pages.collapse_in_background([block for _, block in vectors.blocks()])
             if self.lexical:
                 await asyncio.to_thread(vectors.index_texts, arrays.ids.tolist(), arrays.texts or [])
             for op in self._journals.get(stream, []):
