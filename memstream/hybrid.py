@@ -25,9 +25,9 @@ from memstream.retrieve import (
     _candidates,
     _cosine,
     _cosine_error,
-    _cosines,
     _norm,
     _scaled,
+    cosines_range,
     exact_cosines,
     pow_range,
     query_norm,
@@ -114,8 +114,7 @@ def rank_hybrid(vectors: StreamVectors, query: npt.NDArray[np.float32], text: st
     score: F64 | None = None
     extremes: I64 | None = None
     if q_norm != 0.0:
-        cos = _cosines(vectors, (q64 / q_norm).astype(np.float32), compiled=kernels.ready())
-        low, high = float(cos.min()), float(cos.max())
+        cos, low, high = cosines_range(vectors, (q64 / q_norm).astype(np.float32), compiled=kernels.ready())
         error = _cosine_error(vectors, low, high)
         if high - low > 4 * error:
             # up to a constant shared by every row (which cannot change the candidates)

@@ -174,14 +174,19 @@ def exact_cosines(vectors: StreamVectors, rows: I64, query: F64, q_norm: float |
 
 def _cosines(vectors: StreamVectors, unit: F32, compiled: bool = False) -> F32:
     """cos(row, query) in float32 for every row: one pass over the matrix (scan.py's if `compiled`)."""
+    return cosines_range(vectors, unit, compiled)[0]
+
+
+def cosines_range(vectors: StreamVectors, unit: F32, compiled: bool = False) -> tuple[F32, float, float]:
+    """_cosines, with their smallest and largest (both NaN if any cosine is)."""
     out = np.empty(vectors.n, np.float32)
     if compiled:
-        scan.cosines(list(vectors.blocks()), unit, vectors.inverse_norms, out)
-        return out
+        low, high, nan = scan.cosines(list(vectors.blocks()), unit, vectors.inverse_norms, out)
+        return (out, math.nan, math.nan) if nan else (out, low, high)
     for start, block in vectors.blocks():
         np.matmul(block, unit, out=out[start:start + len(block)])
     np.multiply(out, vectors.inverse_norms, out=out)
-    return out
+    return out, float(out.min()), float(out.max())
 
 
 @dataclass(frozen=True)
