@@ -14,8 +14,9 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
-from collections.abc import Sequence
-from typing import Any
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
 
 import numpy.typing as npt
 
@@ -31,8 +32,15 @@ _MIN_BYTES = 16 << 20  # smaller matrices are left as they are
 _running: list[threading.Thread] = []
 
 
-def collapse(matrix: npt.NDArray[Any]) -> bool:
-    """Move the whole 2 MB pages of this array's memory into huge pages, now; whether the kernel did."""
+class HasBlocks(Protocol):
+    """A matrix held in blocks of rows (StreamVectors)."""
+
+    def blocks(self) -> Iterator[tuple[int, npt.NDArray[Any]]]: ...
+
+
+def collapse(matrix: npt.NDArray[Any], *, still_wanted: Callable[[], bool] = lambda: True) -> bool:
+    """Move the whole 2 MB pages of this array's memory into huge pages, now, 32 MB at a time while
+    still_wanted(); whether the kernel moved all of them."""
     if matrix.nbytes < _MIN_BYTES:
         return False
     try:
@@ -45,19 +53,37 @@ def collapse(matrix: npt.NDArray[Any]) -> bool:
     if high <= low or madvise(low, high - low, _MADV_HUGEPAGE) != 0:
         return False
     for start in range(low, high, _STEP):
+        if not still_wanted():
+            return False
         if madvise(start, min(_STEP, high - start), _MADV_COLLAPSE) != 0:
             log.debug("huge pages unavailable for a matrix (errno %d)", ctypes.get_errno())
             return False
     return True
 
 
-def collapse_in_background(blocks: Sequence[npt.NDArray[Any]]) -> threading.Thread | None:
-    """collapse() each large block in a daemon thread (which keeps them alive until it is done)."""
-    large = [block for block in blocks if block.nbytes >= _MIN_BYTES]
-    if not large:
+def collapse_in_background(owner: HasBlocks) -> threading.Thread | None:
+    """collapse() each large block of `owner` (a loaded stream's matrix) in a daemon thread. The thread holds
+    the owner only weakly: a matrix dropped meanwhile (the stream reloaded, the store closed) is freed, not
+    kept alive by the move, which stops there."""
+    if not any(block.nbytes >= _MIN_BYTES for _, block in owner.blocks()):
         return None
-    thread = threading.Thread(target=lambda: [collapse(block) for block in large], name="memstream-pages",
-                              daemon=True)
+    ref = weakref.ref(owner)
+
+    def run() -> None:
+        index = 0
+        while True:
+            found = ref()
+            blocks = [] if found is None else [block for _, block in found.blocks()]
+            del found
+            if index >= len(blocks):
+                return
+            block = blocks[index]
+            del blocks  # only the block being moved is held, and only while it is
+            collapse(block, still_wanted=lambda: ref() is not None)
+            del block
+            index += 1
+
+    thread = threading.Thread(target=run, name="memstream-pages", daemon=True)
     thread.start()
     _running[:] = [t for t in _running if t.is_alive()] + [thread]
     return thread

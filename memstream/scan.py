@@ -2,8 +2,9 @@
 
 The threads (one a core, the calling thread among them) take pieces of the rows as they come free, so a
 slower core takes fewer: each computes its pieces' float32 cosines with the unit query (kernels' `cosines`).
-Once every row's is in (the relevance term is normalized over the whole stream), they take pieces again and
-keep the rows near their own k best (`candidates`); the k best of all make the final cut.
+Once every row's is in (the relevance term is normalized over the whole stream), each scores the pieces it
+computed, latest first (their cosines still in its caches), and keeps the rows near its own k best
+(`candidates`); the k best of all make the final cut.
 
 Why not np.matmul for the product: BLAS threads spin for a while after a product, taking the cores from the
 work that follows it (the rest of the query, the event loop, the store's thread), and the scoring after it
@@ -42,7 +43,7 @@ _PIECE_ROWS = 8192
 _buffer: F32 | None = None
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
-_turn = threading.Lock()  # one query's shares in the pool at a time
+_turn = threading.Lock()  # one pass's threads in the pool at a time
 
 
 def cosines(blocks: Sequence[tuple[int, F32]], unit: F32, inverse_norms: F32,

@@ -415,7 +415,7 @@ class VectorIndex:
         try:
             arrays = await self.store.load_stream(stream, texts=self.lexical)
             vectors = await asyncio.to_thread(StreamVectors, arrays, copy=False)
-            pages.collapse_in_background([block for _, block in vectors.blocks()])
+            pages.collapse_in_background(vectors)
             if self.lexical:
                 await asyncio.to_thread(vectors.index_texts, arrays.ids.tolist(), arrays.texts or [])
             for op in self._journals.get(stream, []):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
 
@@ -25,13 +28,43 @@ def test_a_large_matrix_moves_into_huge_pages_with_its_bytes_unchanged() -> None
     assert np.array_equal(matrix, copy)
 
 
+class _Owner:
+    """A matrix in blocks, as StreamVectors holds one."""
+
+    def __init__(self, *blocks: np.ndarray) -> None:
+        self._blocks = list(blocks)
+
+    def blocks(self) -> Iterator[tuple[int, np.ndarray]]:
+        start = 0
+        for block in self._blocks:
+            yield start, block
+            start += len(block)
+
+
 def test_small_matrices_are_left_alone_and_the_background_thread_ends() -> None:
     assert not pages.collapse(np.ones((100, 384), np.float32))
-    assert pages.collapse_in_background([np.ones((100, 384), np.float32)]) is None
+    assert pages.collapse_in_background(_Owner(np.ones((100, 384), np.float32))) is None
     matrix = large_empty((20_000, 384))
     matrix[:] = 1.0
-    thread = pages.collapse_in_background([matrix])
+    owner = _Owner(np.ones((100, 384), np.float32), matrix)
+    thread = pages.collapse_in_background(owner)
     assert thread is not None
     thread.join(30)
     assert not thread.is_alive()
     assert float(matrix.sum()) == matrix.size
+
+
+def test_a_move_no_longer_wanted_stops_and_holds_nothing() -> None:
+    matrix = large_empty((20_000, 384))
+    matrix[:] = 1.0
+    before = _huge_kb()
+    assert not pages.collapse(matrix, still_wanted=lambda: False)
+    assert _huge_kb() - before < 2048  # not one 32 MB step moved
+    owner = _Owner(*(large_empty((20_000, 384)) for _ in range(4)))
+    ref = weakref.ref(owner)
+    thread = pages.collapse_in_background(owner)
+    assert thread is not None
+    del owner
+    thread.join(30)
+    assert not thread.is_alive()
+    assert ref() is None
