@@ -68,8 +68,8 @@ def inverse_norms(matrix: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     return out
 
 
-def large_empty(shape: tuple[int, int], *, populate: bool = False) -> npt.NDArray[np.float32]:
-    """An uninitialized float32 matrix; a large one in its own mapping, in ordinary pages.
+def large_empty(shape: tuple[int, int], *, populate: bool = False, dtype: Any = np.float32) -> npt.NDArray[Any]:
+    """An uninitialized float32 (or `dtype`) matrix; a large one in its own mapping, in ordinary pages.
 
     Touching 1.5 GB of fresh memory costs 1-3 s of page faults on this kind of VM. With `populate`, a
     background thread has the kernel map the pages ahead of the writer (without writing to them), while
@@ -77,13 +77,13 @@ def large_empty(shape: tuple[int, int], *, populate: bool = False) -> npt.NDArra
     0.2 s (huge pages just freed) to 3.9 s (the kernel zeroing fresh ones) on this VM, ordinary pages a
     steady 0.34-0.4 s; queries scan the matrix as fast either way.
     """
-    size = shape[0] * shape[1] * 4
+    size = shape[0] * shape[1] * np.dtype(dtype).itemsize
     if size < 1 << 24 or not hasattr(mmap, "MADV_NOHUGEPAGE"):
-        return np.empty(shape, np.float32)
+        return np.empty(shape, dtype)
     region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     with contextlib.suppress(OSError):
         region.madvise(mmap.MADV_NOHUGEPAGE)  # where Linux would use them by default
-    matrix = np.frombuffer(region, dtype=np.float32).reshape(shape)  # the array keeps the mapping alive
+    matrix = np.frombuffer(region, dtype=dtype).reshape(shape)  # the array keeps the mapping alive
     if populate:
         threading.Thread(target=_Populator(matrix).run, daemon=True).start()
     return matrix

@@ -13,7 +13,7 @@ import numpy as np
 
 from memstream.kernels import _U64, importance_terms, recency_terms, relevance_terms
 
-__all__ = ["candidates", "cosines", "cut", "finish", "pass_terms", "prepare"]
+__all__ = ["bm25", "candidates", "cosines", "cut", "finish", "pass_terms", "prepare", "quantize"]
 
 jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 # The product alone may sum in any order and fuse multiply-adds: its error bound (retrieve._cosine_error) holds
@@ -43,6 +43,8 @@ def prepare(query: Any) -> tuple[Any, float, Any]:
 def cosines(matrix: Any, unit: Any, inverse_norms: Any, out: Any, start: int) -> tuple[float, float, bool]:
     # Row r of this block is row start + r of the stream: out[start + r] = (matrix[r] . unit) * its inverse
     # norm, in float32 (as np.matmul then np.multiply); returns the smallest and largest and whether any is NaN.
+    # The matrix is float32 rows, or a screen's int16 codes (screen.py) with their factors as `inverse_norms`:
+    # a code is exact in float32.
     m, dim = matrix.shape
     low = np.float32(np.inf)
     high = np.float32(-np.inf)
@@ -54,13 +56,13 @@ def cosines(matrix: Any, unit: Any, inverse_norms: Any, out: Any, start: int) ->
         if step == 4:
             for d in range(dim):
                 u = unit[d]
-                a0 += matrix[r, d] * u
-                a1 += matrix[r + 1, d] * u
-                a2 += matrix[r + 2, d] * u
-                a3 += matrix[r + 3, d] * u
+                a0 += np.float32(matrix[r, d]) * u
+                a1 += np.float32(matrix[r + 1, d]) * u
+                a2 += np.float32(matrix[r + 2, d]) * u
+                a3 += np.float32(matrix[r + 3, d]) * u
         else:
             for d in range(dim):
-                a0 += matrix[r, d] * unit[d]
+                a0 += np.float32(matrix[r, d]) * unit[d]
         for j in range(step):
             a = a0 if j == 0 else (a1 if j == 1 else (a2 if j == 2 else a3))
             c = a * inverse_norms[start + r + j]
@@ -73,6 +75,51 @@ def cosines(matrix: Any, unit: Any, inverse_norms: Any, out: Any, start: int) ->
                 high = c
         r += step
     return float(low), float(high), nan
+
+@jit
+def quantize(matrix: Any, codes: Any, factors: Any, start: int) -> float:
+    # Each row of `matrix` as int16 codes (screen.py): scale = its largest |component| / 32767, codes[r] =
+    # round(row / scale), factors[start + r] = scale / |row| in float32 (0 for a zero row, NaN for a row that
+    # is not finite). Returns the largest |row - scale * codes| / |row| (in float64, off by a few ulps at most).
+    m, dim = matrix.shape
+    worst = 0.0
+    for r in range(m):
+        top = 0.0
+        for d in range(dim):
+            top = max(top, abs(np.float64(matrix[r, d])))
+        scale = top / 32767.0
+        squares = 0.0
+        misses = 0.0
+        for d in range(dim):
+            x = np.float64(matrix[r, d])
+            c = 0.0
+            if scale > 0.0 and math.isfinite(scale):
+                c = min(max(np.floor(x / scale + 0.5), -32767.0), 32767.0)
+            codes[r, d] = np.int16(c)
+            squares += x * x
+            miss = x - c * scale
+            misses += miss * miss
+        norm = math.sqrt(squares)
+        if not math.isfinite(norm) or not math.isfinite(scale):
+            factors[start + r] = np.nan
+        elif norm == 0.0:
+            factors[start + r] = 0.0
+        else:
+            factors[start + r] = np.float32(scale / norm)
+            worst = max(worst, math.sqrt(misses) / norm)
+    return worst
+
+@jit
+def bm25(out: Any, slots: Any, tfs: Any, slot_row: Any, slot_len: Any, idf: float, avg: float, k1: float,
+         b: float) -> None:
+    # One query term's BM25 added to each row holding it (lexical.StreamTerms.score): the operations of
+    # lexical.bm25_reference, in its order.
+    for j in range(slots.size):
+        row = slot_row[slots[j]]
+        if row >= 0:
+            tf = np.float64(tfs[j])
+            length = np.float64(slot_len[slots[j]])
+            out[row] += idf * (tf * (k1 + 1.0)) / (tf + k1 * (1.0 - b + b * (length / avg)))
 
 @jit
 def score(i: int, y: Any, y_cap: float, rec_scale: float, importance: Any, imp_scale: float, c: float,

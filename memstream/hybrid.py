@@ -24,10 +24,9 @@ from memstream.retrieve import (
     Ranked,
     _candidates,
     _cosine,
-    _cosine_error,
     _norm,
     _scaled,
-    cosines_range,
+    approximate_cosines,
     exact_cosines,
     pow_range,
     query_norm,
@@ -114,8 +113,8 @@ def rank_hybrid(vectors: StreamVectors, query: npt.NDArray[np.float32], text: st
     score: F64 | None = None
     extremes: I64 | None = None
     if q_norm != 0.0:
-        cos, low, high = cosines_range(vectors, (q64 / q_norm).astype(np.float32), compiled=kernels.ready())
-        error = _cosine_error(vectors, low, high)
+        cos, low, high, error = approximate_cosines(vectors, (q64 / q_norm).astype(np.float32),
+                                                    compiled=kernels.ready())
         if high - low > 4 * error:
             # up to a constant shared by every row (which cannot change the candidates)
             score = np.multiply(cos, wl * (1.0 - share) / (high - low), dtype=np.float64)

@@ -105,7 +105,8 @@ def _compile() -> dict[str, Any]:
     from memstream import _loops  # optional: numba imported, the loops compiled or loaded, on first use
 
     return {"prepare": _loops.prepare, "cosines": _loops.cosines, "pass_terms": _loops.pass_terms,
-            "candidates": _loops.candidates, "cut": _loops.cut, "finish": _loops.finish}
+            "candidates": _loops.candidates, "cut": _loops.cut, "finish": _loops.finish, "quantize": _loops.quantize,
+            "bm25": _loops.bm25}
 
 
 def _get() -> dict[str, Any] | None:
@@ -132,6 +133,10 @@ def _warm(kernels: dict[str, Any]) -> None:
     ones32, ones, rows = np.ones(4, np.float32), np.ones(4), np.arange(4, dtype=np.int64)
     kernels["prepare"](ones32)
     kernels["cosines"](np.ones((4, 4), np.float32), ones32, ones32, ones32.copy(), 0)
+    codes = np.ones((4, 4), np.int16)
+    kernels["cosines"](codes, ones32, ones32, ones32.copy(), 0)
+    kernels["quantize"](np.ones((4, 4), np.float32), codes, ones32.copy(), 0)
+    kernels["bm25"](ones.copy(), rows, rows, rows, rows, 1.0, 1.0, 1.2, 0.75)
     terms = kernels["pass_terms"](0.0, 1.0, False, 0.0, 1.0, 0.5, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 2.0, 1e-6)
     kernels["candidates"](ones32, 0, 4, ones, ones, *terms, np.full(2, -np.inf), rows.copy(), rows.copy())
     kernels["cut"](ones32, rows.copy(), ones, ones, *terms[:4], 0.0)

@@ -27,6 +27,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from memstream import kernels
+
 __all__ = ["K1", "B", "StreamTerms", "bm25_reference", "terms"]
 
 K1 = 1.2
@@ -200,9 +202,11 @@ class StreamTerms:
 
     # -- reading -----------------------------------------------------------------------------------
 
-    def score(self, query: str, rows: int) -> F64:
-        """The BM25 score of each of the first `rows` rows for the query (0 where no weighted term matches)."""
+    def score(self, query: str, rows: int, compiled: bool | None = None) -> F64:
+        """The BM25 score of each of the first `rows` rows for the query (0 where no weighted term matches).
+        `compiled`: kernels.py's loop or numpy (default: the loop once loaded); the same floats either way."""
         out = np.zeros(rows, np.float64)
+        compiled = kernels.ready() if compiled is None else compiled
         if self.live == 0:
             return out
         avg = self.live_length / self.live
@@ -215,6 +219,11 @@ class StreamTerms:
             if idf <= 0.0:
                 continue
             slots = np.frombuffer(self._slots[tid], dtype=np.int64)
+            if compiled:
+                tfs = np.frombuffer(self._tfs[tid], dtype=np.int64)
+                kernels.loops()["bm25"](out, slots, tfs, self._slot_row, self._slot_len, idf, avg, K1, B)
+                del slots, tfs  # (a buffer still exported would keep the posting list from growing)
+                continue
             found = self._slot_row[slots]
             live = found >= 0
             tf = np.frombuffer(self._tfs[tid], dtype=np.int64)[live].astype(np.float64)

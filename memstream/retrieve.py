@@ -30,6 +30,7 @@ from memstream.errors import StoreError
 from memstream.models import Models
 from memstream.profiles import min_max, score_parts
 from memstream.records import Memory, ScoredMemory
+from memstream.screen import cosine_error
 from memstream.store import Store
 from memstream.vectors import StreamVectors, VectorIndex
 
@@ -40,7 +41,6 @@ F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 # Below this many rows, handing the product to a thread costs more than the product itself.
 _THREAD_ROWS = 20_000
-_U32 = 2.0**-24  # unit roundoff of float32
 _U64 = 2.0**-53  # unit roundoff of float64
 _EXACT_CHUNK = 2048
 
@@ -183,6 +183,25 @@ def cosines_range(vectors: StreamVectors, unit: F32, compiled: bool = False) -> 
     if compiled:
         low, high, nan = scan.cosines(list(vectors.blocks()), unit, vectors.inverse_norms, out)
         return (out, math.nan, math.nan) if nan else (out, low, high)
+    return _numpy_cosines(vectors, unit, out)
+
+
+def approximate_cosines(vectors: StreamVectors, unit: F32,
+                        compiled: bool = False) -> tuple[F32, float, float, float]:
+    """Every row's cosine within a bound, for pass 1: from the stream's screen if it has one (`compiled`
+    only); with their smallest and largest (NaN if any cosine is) and the bound (inf: none can be trusted)."""
+    screen = vectors.screen() if compiled else None
+    if screen is None:
+        cos, low, high = cosines_range(vectors, unit, compiled)
+        return cos, low, high, _cosine_error(vectors, low, high)
+    out = np.empty(vectors.n, np.float32)
+    low, high, nan = scan.cosines(list(screen.blocks()), unit, screen.factors, out)
+    if nan:
+        return out, math.nan, math.nan, math.inf
+    return out, low, high, _cosine_error(vectors, low, high, screen.error)
+
+
+def _numpy_cosines(vectors: StreamVectors, unit: F32, out: F32) -> tuple[F32, float, float]:
     for start, block in vectors.blocks():
         np.matmul(block, unit, out=out[start:start + len(block)])
     np.multiply(out, vectors.inverse_norms, out=out)
@@ -211,13 +230,11 @@ def _recency_terms(vectors: StreamVectors, now: float, config: StreamConfig) -> 
     return kernels.recency_terms(config.weight_recency, config.decay, lim["last_min"], lim["last_max"], now, t0)
 
 
-def _cosine_error(vectors: StreamVectors, low: float, high: float) -> float:
-    """|float32 cosine - reference cosine| for every row, or inf if float32 cannot be trusted here.
-
-    At most dim ulps (any summation order, FMA or not) plus the roundings of the unit query and the inverse
-    norm; twice that for margin.
-    """
-    return (vectors.dim + 32) * 2 * _U32 if vectors.trusted and math.isfinite(low + high) else math.inf
+def _cosine_error(vectors: StreamVectors, low: float, high: float, screen_error: float = 0.0) -> float:
+    """|float32 cosine - reference cosine| for every row (from the screen: `screen_error` its error), or inf if
+    float32 cannot be trusted here (screen.cosine_error)."""
+    trusted = vectors.trusted and math.isfinite(low + high)
+    return cosine_error(vectors.dim, screen_error) if trusted else math.inf
 
 
 @dataclass(frozen=True)
@@ -396,10 +413,15 @@ def _rank_compiled(vectors: StreamVectors, query: F32, now: float, config: Strea
     lim = vectors.limits()
     last_range, imp_range = (lim["last_min"], lim["last_max"]), (lim["imp_min"], lim["imp_max"])
     weights = (config.weight_recency, config.weight_importance, config.weight_relevance)
-    dim_error = (vectors.dim + 32) * 2 * _U32 if vectors.trusted else math.inf
     blocks = list(vectors.blocks())
-    found = scan.first_pass(blocks, unit, vectors.inverse_norms, y, t0, vectors.importance, now, decay, weights,
-                            last_range, imp_range, dim_error, k)
+    screen = vectors.screen()
+    read: list[tuple[int, scan.Rows]]
+    if screen is None:
+        read, factors, dim_error = blocks, vectors.inverse_norms, cosine_error(vectors.dim)
+    else:  # half the bytes, a wider bound
+        read, factors, dim_error = list(screen.blocks()), screen.factors, cosine_error(vectors.dim, screen.error)
+    found = scan.first_pass(read, unit, factors, y, t0, vectors.importance, now, decay, weights, last_range,
+                            imp_range, dim_error if vectors.trusted else math.inf, k)
     if found is None:  # thousands of rows within the error bound of the k-th: the numpy path copes
         approx = _approximate(vectors, query, q_norm, now, config)
         return _exact(vectors, q64, q_norm, now, config, k, _candidates(approx.score, approx.slack, k), approx)

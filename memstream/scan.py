@@ -30,6 +30,7 @@ from memstream._load import cores
 __all__ = ["ROOM", "cosines", "first_pass"]
 
 F32 = npt.NDArray[np.float32]
+Rows = npt.NDArray[Any]  # float32 rows, or a screen's int16 codes (screen.py)
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 T = TypeVar("T")
@@ -46,10 +47,10 @@ _pool_lock = threading.Lock()
 _turn = threading.Lock()  # one pass's threads in the pool at a time
 
 
-def cosines(blocks: Sequence[tuple[int, F32]], unit: F32, inverse_norms: F32,
+def cosines(blocks: Sequence[tuple[int, Rows]], unit: F32, inverse_norms: F32,
             out: F32) -> tuple[float, float, bool]:
     """The float32 cosine of every row with the unit query, into `out`; (the smallest, the largest, whether any
-    is NaN)."""
+    is NaN). Over a screen's codes, `inverse_norms` are its factors."""
     pieces = _pieces(blocks, len(out))
     with _turn:
         claims = _Claims(len(pieces))
@@ -57,7 +58,7 @@ def cosines(blocks: Sequence[tuple[int, F32]], unit: F32, inverse_norms: F32,
     return _range(found)
 
 
-def first_pass(blocks: Sequence[tuple[int, F32]], unit: F32, inverse_norms: F32, y: F64, t0: float,
+def first_pass(blocks: Sequence[tuple[int, Rows]], unit: F32, inverse_norms: F32, y: F64, t0: float,
                importance: F64, now: float, decay: float, weights: tuple[float, float, float],
                last_range: tuple[float, float], importance_range: tuple[float, float], dim_error: float, k: int,
                room: int = ROOM) -> tuple[I64, I64] | None:
@@ -126,7 +127,7 @@ class _Claims:
             return self._next - 1
 
 
-def _product(pieces: Sequence[tuple[int, F32]], claims: _Claims, unit: F32, inverse_norms: F32, out: F32,
+def _product(pieces: Sequence[tuple[int, Rows]], claims: _Claims, unit: F32, inverse_norms: F32, out: F32,
              taken: list[int] | None = None) -> tuple[float, float, bool]:
     """The cosines of the pieces this thread claims (noted in `taken`); their range."""
     run = kernels.loops()["cosines"]
@@ -142,7 +143,7 @@ def _range(found: Sequence[tuple[float, float, bool]]) -> tuple[float, float, bo
     return min(f[0] for f in found), max(f[1] for f in found), any(f[2] for f in found)
 
 
-def _pieces(blocks: Sequence[tuple[int, F32]], n: int) -> list[tuple[int, F32]]:
+def _pieces(blocks: Sequence[tuple[int, Rows]], n: int) -> list[tuple[int, Rows]]:
     """The rows as (first row, rows) pieces of at most _PIECE_ROWS, within blocks."""
     pieces = []
     for start, block in blocks:

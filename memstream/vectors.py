@@ -20,6 +20,7 @@ import numpy.typing as npt
 from memstream import kernels, pages
 from memstream._load import inverse_norms, large_empty
 from memstream.lexical import StreamTerms
+from memstream.screen import Screen
 from memstream.store import Store, StreamArrays
 
 __all__ = ["StreamVectors", "VectorIndex"]
@@ -36,6 +37,8 @@ _NORM_RANGE = (2.0**-60, 2.0**60)
 _REBASE_EXPONENT = 500.0
 # A stream this large makes the compiled retrieval loops worth loading (kernels.warm).
 _WARM_ROWS = 20_000
+# From this many rows on, pass 1 reads the stream's screen (screen.py): half the bytes, half again the memory.
+SCREEN_ROWS = 16_384
 
 
 class StreamVectors:
@@ -44,8 +47,11 @@ class StreamVectors:
     Not thread-safe: VectorIndex serializes scoring and writes per stream.
     """
 
-    def __init__(self, arrays: StreamArrays | None = None, *, copy: bool = True) -> None:
+    def __init__(self, arrays: StreamArrays | None = None, *, copy: bool = True,
+                 screen_rows: int = SCREEN_ROWS) -> None:
         self.n = 0
+        self.screen_rows = screen_rows
+        self._screen: Screen | None = None
         self.terms: StreamTerms | None = None  # the lexical index, when the profile uses one (index_texts)
         self._yc: tuple[float, F64, float] | None = None
         self._memo: dict[object, F64] = {}
@@ -112,6 +118,17 @@ class StreamVectors:
             if start >= self.n:
                 return
             yield start, block[: min(len(block), self.n - start)]
+
+    def screen(self) -> Screen | None:
+        """The rows at half the bytes, for pass 1 (screen.py), built on first use and kept in step with every
+        write from then on; None for a stream of fewer than `screen_rows` rows, or without the compiled loops."""
+        if self._screen is None and self.n >= max(1, self.screen_rows) and kernels.ready():
+            screen = Screen(self.dim, self._starts, [len(block) for block in self._blocks])
+            for start, block in self.blocks():
+                screen.write(start, block)
+            self._screen = screen
+            pages.collapse_in_background(screen)
+        return self._screen
 
     def gather(self, rows: npt.ArrayLike) -> F32:
         """The stored rows at these row numbers, as one (m, dim) matrix."""
@@ -198,7 +215,7 @@ class StreamVectors:
             raise ValueError(f"{count} ids but {matrix.shape[0]} embeddings")
         if self.dim == 0 and self.n == 0:
             self.dim = matrix.shape[1]
-            self._blocks, self._starts = [], []
+            self._blocks, self._starts, self._screen = [], [], None
         if matrix.shape[1] != self.dim:
             raise ValueError(f"embeddings of {matrix.shape[1]} dimensions in a matrix of {self.dim}")
         start = self.n
@@ -272,9 +289,13 @@ class StreamVectors:
                 if self._y is not None:
                     self._y[row] = self._y[last]
             self.n = last
+        if self._screen is not None:
+            self._screen.truncate(self.n)
         while len(self._blocks) > 1 and self._starts[-1] >= self.n:
             self._blocks.pop()
             self._starts.pop()
+            if self._screen is not None:
+                self._screen.drop_block()
         self._limits = None
         self._yc = None
         self._memo.clear()
@@ -291,6 +312,7 @@ class StreamVectors:
             raise ValueError(f"{n} ids but {sum(len(b) for b in blocks)} embeddings")
         self.dim = blocks[0].shape[1]
         self._blocks, self._starts = blocks, [0, *np.cumsum([len(b) for b in blocks[:-1]]).tolist()]
+        self._screen = None
         cap = max(n, 64)
         self._ids = np.zeros(cap, np.int64)
         self._imp, self._last, self._created = (np.zeros(cap, np.float64) for _ in range(3))
@@ -336,6 +358,8 @@ class StreamVectors:
             # A new block of about a quarter of the rows so far: few blocks, no copy, and untouched
             # pages of the spare room are not resident.
             size = max(_MIN_BLOCK, needed - self._capacity(), self.n // 4)
+            if self._screen is not None:
+                self._screen.add_block(self._capacity(), size)
             self._starts.append(self._capacity())
             self._blocks.append(large_empty((size, self.dim)))
 
@@ -347,6 +371,8 @@ class StreamVectors:
             take = min(len(block) - offset, len(matrix) - done)
             block[offset:offset + take] = matrix[done:done + take]
             done += take
+        if self._screen is not None:
+            self._screen.write(start, matrix)
 
     def _widen_limits(self, start: int, end: int) -> None:
         if self._limits is None or start == 0:

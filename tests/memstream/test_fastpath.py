@@ -25,7 +25,7 @@ from memstream.retrieve import rank, rank_reference
 from memstream.store import NewMemory, SQLiteStore, Store, StreamArrays
 from memstream.stream import MemoryStream, Observation
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
-from memstream.vectors import StreamVectors, VectorIndex
+from memstream.vectors import SCREEN_ROWS, StreamVectors, VectorIndex
 from tests.conftest import MakeMemory
 
 Row = tuple[int, float, float, float, list[float]]  # id, created, last accessed, importance, embedding
@@ -39,14 +39,15 @@ def _reference_rows(vectors: StreamVectors) -> list[Row]:
                 strict=True)]
 
 
-def _vectors(rows: Sequence[Row]) -> StreamVectors:
+def _vectors(rows: Sequence[Row], screen_rows: int = SCREEN_ROWS) -> StreamVectors:
+    """The rows as a stream; with screen_rows=0, one whose pass 1 reads its int16 screen (screen.py)."""
     return StreamVectors(StreamArrays(
         ids=np.array([r[0] for r in rows], dtype=np.int64),
         embeddings=np.array([r[4] for r in rows], dtype=np.float32),
         importance=np.array([r[3] for r in rows], dtype=np.float32),
         last_accessed=np.array([r[2] for r in rows], dtype=np.float64),
         created=np.array([r[1] for r in rows], dtype=np.float64),
-    ))
+    ), screen_rows=screen_rows)
 
 
 def _assert_same(vectors: StreamVectors, query: Sequence[float], now: float, config: StreamConfig, k: int) -> None:
@@ -98,6 +99,9 @@ def test_fast_path_equals_reference_on_random_streams(case: tuple[list[Row], lis
                                                                   int]) -> None:
     rows, query, now, config, k = case
     _assert_same(_vectors(rows), query, now, config, k)
+    screened = _vectors(rows, screen_rows=0)
+    _assert_same(screened, query, now, config, k)
+    assert (screened._screen is not None) == bool(np.any(np.float32(query)))  # (built by a query)
 
 
 def test_the_compiled_loops_are_in_use() -> None:
@@ -159,23 +163,29 @@ def test_scores_of_the_fast_path_are_the_reference_formula_in_float64() -> None:
         assert recency == (rec[row] - min(rec)) / (max(rec) - min(rec))
 
 
-@pytest.mark.parametrize(("n", "dim"), [(3000, 24), (30_000, 8)])
+@pytest.mark.parametrize(("n", "dim"), [(3000, 24), (30_000, 8), (3000, 384)])
 def test_large_random_streams_and_many_queries(n: int, dim: int) -> None:
     rng = np.random.default_rng(n)
     embeddings = rng.standard_normal((n, dim)).astype(np.float32)
     embeddings /= np.linalg.norm(embeddings, axis=1, keepdims=True)
     created = T0 + rng.uniform(0, 86400 * 60, n)
-    vectors = StreamVectors(StreamArrays(np.arange(1, n + 1, dtype=np.int64), embeddings,
-                                         rng.integers(1, 11, n).astype(np.float32), created.copy(), created))
-    for q in range(4):
-        query = rng.standard_normal(dim).astype(np.float32)
-        config = StreamConfig(weight_recency=[1.0, 0.2, 3.0, 1.0][q], decay=[0.995, 0.9, 0.999, 1.0][q], k=7)
-        _assert_same(vectors, query.tolist(), T0 + 86400 * 61, config, 7)
+    arrays = StreamArrays(np.arange(1, n + 1, dtype=np.int64), embeddings,
+                          rng.integers(1, 11, n).astype(np.float32), created.copy(), created)
+    for screen_rows in (SCREEN_ROWS, 0):  # (30,000 rows: from the screen either way)
+        vectors = StreamVectors(arrays, screen_rows=screen_rows)
+        for q in range(4):
+            query = rng.standard_normal(dim).astype(np.float32)
+            config = StreamConfig(weight_recency=[1.0, 0.2, 3.0, 1.0][q], decay=[0.995, 0.9, 0.999, 1.0][q], k=7)
+            _assert_same(vectors, query.tolist(), T0 + 86400 * 61, config, 7)
+        assert (vectors._screen is not None) == (n >= screen_rows)
 
 
-def test_blocks_appends_removals_and_touches_keep_the_answer_exact() -> None:
+@pytest.mark.parametrize("screen_rows", [SCREEN_ROWS, 0, 2000])
+def test_blocks_appends_removals_and_touches_keep_the_answer_exact(screen_rows: int) -> None:
+    # screen_rows 0: the screen is built at the first query and kept in step with every write from then on;
+    # 2000: it is built once the stream has grown that large, over blocks already there.
     rng = np.random.default_rng(11)
-    vectors = StreamVectors()
+    vectors = StreamVectors(screen_rows=screen_rows)
     next_id = 1
     for round_ in range(30):
         count = int(rng.integers(1, 300))
@@ -188,9 +198,12 @@ def test_blocks_appends_removals_and_touches_keep_the_answer_exact() -> None:
         if round_ % 4 == 1:
             touched = rng.choice(vectors.ids, size=min(5, vectors.n), replace=False).tolist()
             vectors.touch(touched, T0 + round_ * 3600.0 + 10.0)
+        if round_ % 5 == 2:
+            vectors.update(int(rng.choice(vectors.ids)), rng.standard_normal(5).astype(np.float32))
         query = rng.standard_normal(5).tolist()
         _assert_same(vectors, query, T0 + (round_ + 1) * 3600.0, StreamConfig(), 5)
     assert len(vectors._blocks) > 1  # the matrix spans blocks
+    assert (vectors._screen is not None) == (screen_rows < SCREEN_ROWS)
     assert len(set(vectors.ids.tolist())) == vectors.n
 
 
@@ -442,8 +455,8 @@ def test_near_ties_below_float32_resolution_are_decided_exactly() -> None:
     embeddings = np.concatenate([(base + noise).astype(np.float32),
                                  rng.standard_normal((1000, 64)).astype(np.float32)])
     rows = [(i + 1, T0, T0, 5.0, embeddings[i].tolist()) for i in range(len(embeddings))]
-    vectors = _vectors(rows)
-    for seed in range(5):
-        query = (base + np.random.default_rng(seed).standard_normal(64).astype(np.float32) * 1e-3).tolist()
-        _assert_same(vectors, query, T0 + 3600, StreamConfig(), 5)
-        _assert_same(vectors, query, T0 + 3600, StreamConfig(weight_importance=0, weight_recency=0), 20)
+    for vectors in (_vectors(rows), _vectors(rows, screen_rows=0)):
+        for seed in range(5):
+            query = (base + np.random.default_rng(seed).standard_normal(64).astype(np.float32) * 1e-3).tolist()
+            _assert_same(vectors, query, T0 + 3600, StreamConfig(), 5)
+            _assert_same(vectors, query, T0 + 3600, StreamConfig(weight_importance=0, weight_recency=0), 20)

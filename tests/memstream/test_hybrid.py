@@ -12,13 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memstream import MemoryStream, Observation, RoleModel, Source, Store, StreamConfig
+from memstream import MemoryStream, Observation, RoleModel, Source, Store, StreamConfig, kernels
 from memstream.clock import to_timestamp
 from memstream.hybrid import rank_hybrid_reference
 from memstream.lexical import STOP_WORDS, StreamTerms, bm25_reference, terms
 from memstream.retrieve import rank
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
-from memstream.vectors import StreamVectors, VectorIndex
+from memstream.vectors import SCREEN_ROWS, StreamVectors, VectorIndex
 from tests.memstream.test_privacy import leftovers
 
 HYBRID = StreamConfig.for_profile("hybrid")
@@ -54,8 +54,9 @@ def streams(draw: st.DrawFn) -> tuple[list[tuple[int, float, float, float, list[
     return memories, query, text, now, config, draw(st.integers(1, n + 2))
 
 
-def _vectors(memories: list[tuple[int, float, float, float, list[float], str]]) -> StreamVectors:
-    vectors = StreamVectors()
+def _vectors(memories: list[tuple[int, float, float, float, list[float], str]],
+             screen_rows: int = SCREEN_ROWS) -> StreamVectors:
+    vectors = StreamVectors(screen_rows=screen_rows)
     vectors.terms = StreamTerms()
     vectors.append([m[0] for m in memories], np.array([m[4] for m in memories], dtype=np.float32),
                    [m[3] for m in memories], [m[2] for m in memories], [m[1] for m in memories],
@@ -68,10 +69,13 @@ def _vectors(memories: list[tuple[int, float, float, float, list[float], str]]) 
 def test_hybrid_rank_is_exactly_the_references(case: tuple[list[tuple[int, float, float, float, list[float], str]],
                                                            list[float], str, float, StreamConfig, int]) -> None:
     memories, query, text, now, config, k = case
-    vectors = _vectors(memories)
-    ranked = rank(vectors, np.array(query, dtype=np.float32), now, config, k, text=text)
-    got = [int(vectors.ids[row]) for row in ranked.rows]
-    assert got == rank_hybrid_reference(memories, query, text, now, config, k)
+    kernels.warm()  # (the screen is read by the compiled pass only)
+    expected = rank_hybrid_reference(memories, query, text, now, config, k)
+    for screen_rows in (SCREEN_ROWS, 0):  # 0: pass 1 reads the int16 screen (screen.py)
+        vectors = _vectors(memories, screen_rows)
+        ranked = rank(vectors, np.array(query, dtype=np.float32), now, config, k, text=text)
+        assert [int(vectors.ids[row]) for row in ranked.rows] == expected, f"screen_rows={screen_rows}"
+        assert (vectors._screen is not None) == (screen_rows == 0 and bool(np.any(np.float32(query))))
 
 
 def test_one_memory_and_no_lexical_match_and_stop_words_only() -> None:
@@ -122,11 +126,12 @@ def test_the_index_equals_a_rebuild_after_any_writes(ops: list[tuple[str, int, i
     rng.shuffle(query)
     q = " ".join(query)
     assert vectors.terms is not None
-    scores = vectors.terms.score(q, vectors.n)
-    got = {int(vectors.ids[r]): float(scores[r]) for r in np.flatnonzero(scores)}
     ids = vectors.ids.tolist()
     reference = bm25_reference([texts[i] for i in ids], q)
-    assert {i: s for i, s in zip(ids, reference, strict=True) if s} == got
+    for compiled in (True, False):  # kernels.py's loop and numpy: the reference's floats, both
+        scores = vectors.terms.score(q, vectors.n, compiled=compiled)
+        got = {int(vectors.ids[r]): float(scores[r]) for r in np.flatnonzero(scores)}
+        assert {i: s for i, s in zip(ids, reference, strict=True) if s} == got, f"compiled={compiled}"
 
 
 # -- in a memory stream on a file ------------------------------------------------------------------
