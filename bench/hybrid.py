@@ -92,6 +92,8 @@ def run_case(n: int, dim: int, reps: int) -> dict[str, Any]:
         runs = {**floors.passes,
                 "dense": lambda: rank(vectors, q, NOW, dense_config, K),
                 "hybrid": lambda: rank(vectors, q, NOW, hybrid_config, K, text=QUERY)}
+        runs["dense"]()  # builds the stream's screen, if it has one
+        pages.wait()  # its move into huge pages done, as a while after loading
         times = _rounds(runs, reps)
         times["floor_gemv"] = floors.gemv(reps)
         times.update(asyncio.run(_public(n, dim, reps, pool, cores)))
@@ -104,15 +106,19 @@ def run_case(n: int, dim: int, reps: int) -> dict[str, Any]:
             "retrieve_hybrid_over_dense": med["retrieve_hybrid"] / med["retrieve"]}
 
 
+BLOCK = 3  # timed runs of one kind in a row, after one untimed run
+
+
 def _rounds(runs: dict[str, Any], reps: int) -> dict[str, list[float]]:
-    """Each run once to warm up, then `reps` rounds of one run each, interleaved: what slows the machine for
-    a while slows them all alike."""
-    for fn in runs.values():
-        fn()
+    """`reps` timed runs of each, in rounds: in each round, each kind in turn runs once untimed, then BLOCK
+    times timed. Each is timed in its own steady state (its data back in the caches, as when queries follow
+    one another), not in the state the other left: at 100k x 384 a float32 matrix fits in this VM's L3, but
+    not beside a second copy of the stream. The rounds spread what slows the machine for a while over all."""
     times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(reps):
+    for _ in range(-(-reps // BLOCK)):
         for name, fn in runs.items():
-            times[name].append(_ms(fn))
+            fn()
+            times[name].extend(_ms(fn) for _ in range(BLOCK))
     return times
 
 
@@ -127,12 +133,12 @@ async def _rounds_async(runs: dict[str, Any], reps: int) -> dict[str, list[float
             run()
         return (time.perf_counter() - start) * 1e3
 
-    for run in runs.values():
-        await once(run)
     times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(reps):
+    for _ in range(-(-reps // BLOCK)):
         for name, run in runs.items():
-            times[name].append(await once(run))
+            await once(run)
+            for _ in range(BLOCK):
+                times[name].append(await once(run))
     return times
 
 
@@ -166,6 +172,10 @@ async def _public(n: int, dim: int, reps: int, pool: ThreadPoolExecutor, cores: 
                 floors = Floors([block for _, block in loaded.blocks()], pool, cores)
                 times["store_floor_gemv"] = floors.gemv(reps)
                 runs = {f"store_{key}": fn for key, fn in floors.passes.items()}
+                screen = loaded.screen()
+                if screen is not None:  # for information: a plain pass over the bytes pass 1 reads
+                    runs["screen_pass"] = Floors([codes for _, codes in screen.blocks()], pool, cores).passes[
+                        "floor_loops"]
 
             runs[name] = memory
             times.update(await _rounds_async(runs, reps))
@@ -191,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['retrieve_ms']:>8.1f} {r['retrieve_hybrid_ms']:>7.1f} {r['retrieve_hybrid_over_dense']:>6.2f} "
               f"{r['retrieve_over_floor']:>15.2f} | {r['index_build_s']:>10.1f}s")
         print("  floors: " + ", ".join(f"{key.removesuffix('_ms')} {value:.1f}" for key, value in r.items()
-                                       if "floor_" in key and key.endswith("_ms")))
+                                       if ("floor_" in key or "screen" in key) and key.endswith("_ms")))
     print("milliseconds, medians; rank = retrieve.rank (spec, compiled), hybrid = the same with the hybrid profile;"
           " retrieve = MemoryStream.retrieve over the store file; floor = the fastest plain pass over the bench's"
           " matrix, floor* over the matrix the store loaded, each timed in the same rounds as what it is"

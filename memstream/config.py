@@ -62,6 +62,7 @@ class StreamConfig:
     profile: str = "spec"
     recency_from: str = "access"
     lexical_weight: float = 0.4  # `hybrid`: the share of relevance that comes from keywords (BM25)
+    screen_mb: int = 256  # memory for a stream's int16 screen (screen.py): pass 1 reads half the bytes; 0: none
 
     @classmethod
     def for_profile(cls, profile: str, **changes: Any) -> StreamConfig:
@@ -85,7 +86,7 @@ class StreamConfig:
         if not _is_number(self.decay) or not 0 < self.decay <= 1:
             raise ConfigError(f"decay must be a number in (0, 1], got {self.decay!r}")
         for name, low in (("k", 1), ("reflection_threshold", 1), ("recent_for_questions", 1),
-                          ("min_citations", 1), ("max_concurrency", 1), ("embed_batch_size", 1)):
+                          ("min_citations", 1), ("max_concurrency", 1), ("embed_batch_size", 1), ("screen_mb", 0)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ConfigError(f"{name} must be a whole number >= {low}, got {value!r}")

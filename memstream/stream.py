@@ -103,7 +103,7 @@ class MemoryStream:
         self.clock: Clock = clock or SystemClock()
         self.tz = tz or ZoneInfo("UTC")
         self.models = Models(store, embedder, rater=rater, reflector=reflector, agent=agent)
-        self.index = VectorIndex(store, lexical=uses_lexical(self.config))
+        self.index = VectorIndex(store, lexical=uses_lexical(self.config), screen_bytes=self.config.screen_mb << 20)
         self.retriever = Retriever(store, self.index, self.models, self.config, self.clock)
         self.rater = Rater(self.models, agent_name=name)
         self.reflector = Reflector(store, self.models, retriever or self.retriever, self.config, agent_name=name)

@@ -37,8 +37,10 @@ _NORM_RANGE = (2.0**-60, 2.0**60)
 _REBASE_EXPONENT = 500.0
 # A stream this large makes the compiled retrieval loops worth loading (kernels.warm).
 _WARM_ROWS = 20_000
-# From this many rows on, pass 1 reads the stream's screen (screen.py): half the bytes, half again the memory.
+# From this many rows on, pass 1 reads the stream's screen (screen.py): half the bytes, half again the memory;
+# up to this many bytes of it (StreamConfig.screen_mb), beyond which pass 1 reads the float32 rows.
 SCREEN_ROWS = 16_384
+SCREEN_BYTES = 256 << 20
 
 
 class StreamVectors:
@@ -48,9 +50,9 @@ class StreamVectors:
     """
 
     def __init__(self, arrays: StreamArrays | None = None, *, copy: bool = True,
-                 screen_rows: int = SCREEN_ROWS) -> None:
+                 screen_rows: int = SCREEN_ROWS, screen_bytes: int = SCREEN_BYTES) -> None:
         self.n = 0
-        self.screen_rows = screen_rows
+        self.screen_rows, self.screen_bytes = screen_rows, screen_bytes
         self._screen: Screen | None = None
         self.terms: StreamTerms | None = None  # the lexical index, when the profile uses one (index_texts)
         self._yc: tuple[float, F64, float] | None = None
@@ -121,14 +123,18 @@ class StreamVectors:
 
     def screen(self) -> Screen | None:
         """The rows at half the bytes, for pass 1 (screen.py), built on first use and kept in step with every
-        write from then on; None for a stream of fewer than `screen_rows` rows, or without the compiled loops."""
-        if self._screen is None and self.n >= max(1, self.screen_rows) and kernels.ready():
+        write from then on; None for a stream of fewer than `screen_rows` rows, one whose screen would take more
+        than `screen_bytes`, or without the compiled loops."""
+        if self._screen is None and self.n >= max(1, self.screen_rows) and self._screen_fits() and kernels.ready():
             screen = Screen(self.dim, self._starts, [len(block) for block in self._blocks])
             for start, block in self.blocks():
                 screen.write(start, block)
             self._screen = screen
             pages.collapse_in_background(screen)
         return self._screen
+
+    def _screen_fits(self) -> bool:
+        return self.n * self.dim * 2 <= self.screen_bytes
 
     def gather(self, rows: npt.ArrayLike) -> F32:
         """The stored rows at these row numbers, as one (m, dim) matrix."""
@@ -229,6 +235,8 @@ class StreamVectors:
         self._inv[start:end] = inverse_norms(matrix)
         self._odd += self._count_odd(self._inv[start:end])
         self.n = end
+        if self._screen is not None and not self._screen_fits():
+            self._screen = None  # grown past its budget: pass 1 reads the float32 rows from now on
         self._widen_limits(start, end)
         if self._y is not None:
             self._set_y(np.arange(start, end))
@@ -411,9 +419,10 @@ class VectorIndex:
     between the load's snapshot and the write.
     """
 
-    def __init__(self, store: Store, *, lexical: bool = False) -> None:
+    def __init__(self, store: Store, *, lexical: bool = False, screen_bytes: int = SCREEN_BYTES) -> None:
         self.store = store
         self.lexical = lexical  # keep a lexical index of each stream beside its matrix
+        self.screen_bytes = screen_bytes  # for each stream's screen (StreamVectors.screen)
         self._streams: dict[str, StreamVectors] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._loading: dict[str, asyncio.Task[StreamVectors]] = {}
@@ -440,7 +449,7 @@ class VectorIndex:
         generation = self._generation.get(stream, 0)
         try:
             arrays = await self.store.load_stream(stream, texts=self.lexical)
-            vectors = await asyncio.to_thread(StreamVectors, arrays, copy=False)
+            vectors = await asyncio.to_thread(StreamVectors, arrays, copy=False, screen_bytes=self.screen_bytes)
             pages.collapse_in_background(vectors)
             if self.lexical:
                 await asyncio.to_thread(vectors.index_texts, arrays.ids.tolist(), arrays.texts or [])

@@ -126,3 +126,17 @@ def test_a_small_stream_has_no_screen_and_a_loaded_large_one_builds_it_once() ->
     first = vectors.screen()
     assert first is not None and first is vectors.screen()
     assert first.n == 300
+
+
+def test_the_screen_keeps_to_its_budget_and_is_dropped_when_the_stream_outgrows_it() -> None:
+    rng = np.random.default_rng(4)
+    budget = 1000 * 8 * 2  # the screen of 1,000 rows of 8 dims
+    vectors = StreamVectors(screen_rows=0, screen_bytes=budget)
+    vectors.append(np.arange(1, 1001), rng.standard_normal((1000, 8)).astype(np.float32), np.full(1000, 5.0),
+                   np.full(1000, 1e9), np.full(1000, 1e9))
+    assert vectors.screen() is not None
+    vectors.append([1001], rng.standard_normal((1, 8)).astype(np.float32), [5.0], [1e9], [1e9])
+    assert vectors._screen is None and vectors.screen() is None
+    vectors.remove([1001])
+    assert vectors.screen() is not None  # back within its budget: built again
+    assert StreamVectors(screen_rows=0, screen_bytes=0).screen() is None
