@@ -54,6 +54,14 @@ def _plain_sum(values: Any) -> float:  # compiled, summed in any order: as vecto
     return float(total)
 
 
+@numba.njit(nogil=True)
+def _plain_words(values: Any) -> int:  # compiled, a wrapping integer sum of 8-byte words: bytes of any type
+    total = np.uint64(0)
+    for i in range(values.size):
+        total += values[i]
+    return int(total)
+
+
 class Floors:
     """The fastest plain passes over a matrix's bytes that can be written here: np.sum, and a compiled sum,
     each split over every core; a BLAS product with a vector of ones (timed on its own: OpenBLAS threads
@@ -106,18 +114,21 @@ def run_case(n: int, dim: int, reps: int) -> dict[str, Any]:
             "retrieve_hybrid_over_dense": med["retrieve_hybrid"] / med["retrieve"]}
 
 
-BLOCK = 3  # timed runs of one kind in a row, after one untimed run
+BLOCK, WARM = 5, 8  # timed runs of one kind in a row, after WARM untimed ones
 
 
 def _rounds(runs: dict[str, Any], reps: int) -> dict[str, list[float]]:
-    """`reps` timed runs of each, in rounds: in each round, each kind in turn runs once untimed, then BLOCK
-    times timed. Each is timed in its own steady state (its data back in the caches, as when queries follow
-    one another), not in the state the other left: at 100k x 384 a float32 matrix fits in this VM's L3, but
-    not beside a second copy of the stream. The rounds spread what slows the machine for a while over all."""
+    """`reps` timed runs of each, in rounds: in each round, each kind in turn runs WARM times untimed, then
+    BLOCK times timed. Each is timed in its own steady state (its data back in the caches, as when queries
+    follow one another), not in the state the other left: at 100k x 384 the float32 matrix fits in this VM's
+    L3 but, with the screen's copy beside it, a pass over one slowed the next few over the other (`rank` read
+    5.9, 5.0, 3.9, 3.4, 2.8 ms in its first runs after the floors, then 2.4). The rounds spread what slows the
+    machine for a while over all kinds alike."""
     times: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(-(-reps // BLOCK)):
         for name, fn in runs.items():
-            fn()
+            for _ in range(WARM):
+                fn()
             times[name].extend(_ms(fn) for _ in range(BLOCK))
     return times
 
@@ -136,7 +147,8 @@ async def _rounds_async(runs: dict[str, Any], reps: int) -> dict[str, list[float
     times: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(-(-reps // BLOCK)):
         for name, run in runs.items():
-            await once(run)
+            for _ in range(WARM):
+                await once(run)
             for _ in range(BLOCK):
                 times[name].append(await once(run))
     return times
@@ -174,8 +186,9 @@ async def _public(n: int, dim: int, reps: int, pool: ThreadPoolExecutor, cores: 
                 runs = {f"store_{key}": fn for key, fn in floors.passes.items()}
                 screen = loaded.screen()
                 if screen is not None:  # for information: a plain pass over the bytes pass 1 reads
-                    runs["screen_pass"] = Floors([codes for _, codes in screen.blocks()], pool, cores).passes[
-                        "floor_loops"]
+                    words = [p.reshape(-1).view(np.uint64) for _, codes in screen.blocks()
+                             for p in np.array_split(codes, cores)]
+                    runs["screen_pass"] = lambda words=words: list(pool.map(_plain_words, words))
 
             runs[name] = memory
             times.update(await _rounds_async(runs, reps))

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from memstream import kernels
+from memstream import kernels, scan
 from memstream.config import StreamConfig
 from memstream.errors import StoreError
 from memstream.lexical import bm25_reference
@@ -65,13 +65,13 @@ def rank_hybrid_reference(memories: Sequence[tuple[int, float, float, float, Seq
     return [-s[2] for s in scored[:k]]
 
 
-def _lexical(vectors: StreamVectors, text: str | None, config: StreamConfig) -> tuple[F64, float]:
+def _lexical(vectors: StreamVectors, text: str | None, config: StreamConfig, compiled: bool) -> tuple[F64, float]:
     """Every row's BM25 score for the query (0 where no term matches) and the largest."""
     if config.lexical_weight == 0 or config.weight_relevance == 0 or not text:
         return np.zeros(vectors.n, np.float64), 0.0
     if vectors.terms is None:
         raise StoreError("this stream was loaded without its lexical index (VectorIndex(lexical=True))")
-    scores = vectors.terms.score(text, vectors.n)
+    scores = vectors.terms.score(text, vectors.n, compiled)
     return scores, float(scores.max()) if scores.size else 0.0
 
 
@@ -103,25 +103,31 @@ def _query_free(vectors: StreamVectors, now: float, config: StreamConfig) -> tup
 
 
 def rank_hybrid(vectors: StreamVectors, query: npt.NDArray[np.float32], text: str | None, now: float,
-                config: StreamConfig, k: int) -> Ranked:
-    """The top k rows of the stream under the `hybrid` profile, exactly rank_hybrid_reference's answer."""
+                config: StreamConfig, k: int, *, compiled: bool = False) -> Ranked:
+    """The top k rows of the stream under the `hybrid` profile, exactly rank_hybrid_reference's answer, by
+    kernels.py's loops where `compiled` (the same answer)."""
     q64 = query.astype(np.float64)
     q_norm = query_norm(q64)
-    lexical, top = _lexical(vectors, text, config)
+    lexical, top = _lexical(vectors, text, config, compiled)
     share, wl = config.lexical_weight, config.weight_relevance
     base, slack = _query_free(vectors, now, config)  # (shared: not to be written to)
     score: F64 | None = None
     extremes: I64 | None = None
     if q_norm != 0.0:
-        cos, low, high, error = approximate_cosines(vectors, (q64 / q_norm).astype(np.float32),
-                                                    compiled=kernels.ready())
+        cos, low, high, error = approximate_cosines(vectors, (q64 / q_norm).astype(np.float32), compiled)
         if high - low > 4 * error:
             # up to a constant shared by every row (which cannot change the candidates)
-            score = np.multiply(cos, wl * (1.0 - share) / (high - low), dtype=np.float64)
-            score += base
+            cos_scale = wl * (1.0 - share) / (high - low)
             # each of the cosine, the low and the high is off by at most `error`
             slack += wl * (1.0 - share) * 4 * error / (high - low - 2 * error)
             margin = 2 * error
+            lex_scale = wl * share / top if top > 0.0 else 0.0
+            found = _compiled_candidates(cos, base, lexical, cos_scale, lex_scale, 2 * (slack + 1e-12),
+                                         (low + margin, high - margin), k) if compiled else None
+            if found is not None:
+                return _exact(vectors, q64, q_norm, now, config, k, *found, lexical, top)
+            score = np.multiply(cos, cos_scale, dtype=np.float64)
+            score += base
             extremes = np.flatnonzero((cos <= low + margin) | (cos >= high - margin)).astype(np.int64)
         else:
             slack = math.inf
@@ -132,6 +138,22 @@ def rank_hybrid(vectors: StreamVectors, query: npt.NDArray[np.float32], text: st
         score += lexical * (wl * share / top)
     rows = _candidates(score, slack + 1e-12, k) if math.isfinite(slack) else np.arange(vectors.n, dtype=np.int64)
     return _exact(vectors, q64, q_norm, now, config, k, rows, extremes, lexical, top)
+
+
+def _compiled_candidates(cos: npt.NDArray[np.float32], base: F64, lexical: F64, cos_scale: float, lex_scale: float,
+                         gap: float, cuts: tuple[float, float], k: int) -> tuple[I64, I64] | None:
+    """What the numpy lines after it compute, in one compiled pass (kernels' `candidates`, with the query-free
+    part as its `y` and BM25 as its `importance`): the rows whose score is within `gap` of the k-th best, and
+    those at or beyond `cuts`, which can hold the extreme cosines; None if more than scan.ROOM of either."""
+    loops = kernels.loops()
+    room = min(scan.ROOM, cos.size)
+    best, rows, extremes = np.full(k, -np.inf), np.empty(room, np.int64), np.empty(room, np.int64)
+    count, ext = loops["candidates"](cos, 0, cos.size, base, lexical, 1.0, math.inf, lex_scale, cos_scale, gap,
+                                     *cuts, best, rows, extremes)
+    if count > room or ext > room:
+        return None
+    kept = loops["cut"](cos, rows[:count], base, lexical, 1.0, math.inf, lex_scale, cos_scale, best[0] - gap)
+    return rows[:kept], extremes[:ext]
 
 
 def _exact(vectors: StreamVectors, query: F64, q_norm: float, now: float, config: StreamConfig, k: int, rows: I64,

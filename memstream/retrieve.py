@@ -375,7 +375,7 @@ def rank(vectors: StreamVectors, query: npt.ArrayLike, now: float, config: Strea
     if config.profile == "hybrid":
         from memstream.hybrid import rank_hybrid  # (it builds on this module)
 
-        return rank_hybrid(vectors, q, text, now, config, k)
+        return rank_hybrid(vectors, q, text, now, config, k, compiled=kernels.ready() if compiled is None else compiled)
     spec = config.profile == "spec" and config.recency_from == "access"
     if spec and (kernels.ready() if compiled is None else compiled):
         ranked = _rank_compiled(vectors, q, now, config, k)

@@ -71,10 +71,10 @@ def test_hybrid_rank_is_exactly_the_references(case: tuple[list[tuple[int, float
     memories, query, text, now, config, k = case
     kernels.warm()  # (the screen is read by the compiled pass only)
     expected = rank_hybrid_reference(memories, query, text, now, config, k)
-    for screen_rows in (SCREEN_ROWS, 0):  # 0: pass 1 reads the int16 screen (screen.py)
-        vectors = _vectors(memories, screen_rows)
-        ranked = rank(vectors, np.array(query, dtype=np.float32), now, config, k, text=text)
-        assert [int(vectors.ids[row]) for row in ranked.rows] == expected, f"screen_rows={screen_rows}"
+    for screen_rows, compiled in ((SCREEN_ROWS, False), (SCREEN_ROWS, True), (0, True)):
+        vectors = _vectors(memories, screen_rows)  # screen_rows 0: pass 1 reads the int16 screen (screen.py)
+        ranked = rank(vectors, np.array(query, dtype=np.float32), now, config, k, text=text, compiled=compiled)
+        assert [int(vectors.ids[row]) for row in ranked.rows] == expected, f"{screen_rows=} {compiled=}"
         assert (vectors._screen is not None) == (screen_rows == 0 and bool(np.any(np.float32(query))))
 
 
