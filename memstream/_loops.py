@@ -10,6 +10,9 @@ from typing import Any
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from memstream.kernels import _U64, importance_terms, recency_terms, relevance_terms
 
@@ -20,6 +23,28 @@ jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 # for every order, with or without FMA. Nothing else here may.
 product = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
 rec_terms, imp_terms, rel_terms = jit(recency_terms), jit(importance_terms), jit(relevance_terms)
+# How many rows ahead `cosines` asks for the screen's codes (prefetch): measured on this VM at 1M x 384 over
+# two cores, 51.8 ms without, 30.4 with 8 rows ahead, 30.6 with 16, 33.8 with 32; at 100k 3.4, 2.7, 1.9, 2.0.
+# Over float32 rows it made the pass slower (55.0 ms without, 58.6-65.2 with): none there.
+_AHEAD = 16
+
+
+@intrinsic
+def _prefetch(typingctx: Any, matrix: Any, row: Any, column: Any) -> Any:
+    """Asks the CPU to bring the cache line of matrix[row, column] in: a hint, never a fault."""
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        kind = signature.args[0]
+        array = context.make_array(kind)(context, builder, args[0])
+        where = cgutils.get_item_pointer(context, builder, kind, array, [args[1], args[2]])  # type: ignore[no-untyped-call]
+        byte, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        llvm = builder.module.declare_intrinsic("llvm.prefetch",
+                                                fnty=ir.FunctionType(ir.VoidType(), [byte, i32, i32, i32]))
+        # a read (0), to keep in every cache level (3), of data (1)
+        builder.call(llvm, [builder.bitcast(where, byte), ir.Constant(i32, 0), ir.Constant(i32, 3),
+                            ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return numba.types.void(matrix, row, column), codegen
 
 
 @jit
@@ -49,9 +74,15 @@ def cosines(matrix: Any, unit: Any, inverse_norms: Any, out: Any, start: int) ->
     low = np.float32(np.inf)
     high = np.float32(-np.inf)
     nan = False
+    ahead = _AHEAD if matrix.itemsize == 2 else 0
+    per_line = 64 // matrix.itemsize
     r = 0
     while r < m:
         step = 4 if r + 4 <= m else 1  # four rows at a time (four independent sums in flight), then one
+        if ahead and r + step + ahead <= m:
+            for j in range(r + ahead, r + step + ahead):
+                for d in range(0, dim, per_line):
+                    _prefetch(matrix, j, d)  # type: ignore[call-arg]
         a0 = a1 = a2 = a3 = np.float32(0.0)
         if step == 4:
             for d in range(dim):
