@@ -84,14 +84,15 @@ class Floors:
         return [_ms(product) for _ in range(reps)]
 
 
-def run_case(n: int, dim: int, reps: int) -> dict[str, Any]:
+def run_case(n: int, dim: int, reps: int, screen_mb: int = StreamConfig.screen_mb) -> dict[str, Any]:
     data = columns(n, dim)
-    vectors = StreamVectors(data.arrays(), copy=False)
+    vectors = StreamVectors(data.arrays(), copy=False, screen_bytes=screen_mb << 20)
     started = time.perf_counter()
     vectors.index_texts(vectors.ids.tolist(), [text(int(i)) for i in vectors.ids])
     build_s = time.perf_counter() - started
     q = query(dim)
-    dense_config, hybrid_config = StreamConfig(), StreamConfig.for_profile("hybrid")
+    dense_config = StreamConfig(screen_mb=screen_mb)
+    hybrid_config = StreamConfig.for_profile("hybrid", screen_mb=screen_mb)
     kernels.warm()
     cores = len(os.sched_getaffinity(0))
     times: dict[str, list[float]] = {}
@@ -104,11 +105,13 @@ def run_case(n: int, dim: int, reps: int) -> dict[str, Any]:
         pages.wait()  # its move into huge pages done, as a while after loading
         times = _rounds(runs, reps)
         times["floor_gemv"] = floors.gemv(reps)
-        times.update(asyncio.run(_public(n, dim, reps, pool, cores)))
+        screened = vectors.screen() is not None
+        times.update(asyncio.run(_public(n, dim, reps, pool, cores, (dense_config, hybrid_config))))
     med = {name: statistics.median(values) for name, values in times.items()}
     med["floor"] = min(med["floor_sum"], med["floor_loops"], med["floor_gemv"])
     med["floor_store"] = min(med["store_floor_sum"], med["store_floor_loops"], med["store_floor_gemv"])
-    return {"n": n, "dim": dim, "index_build_s": build_s, **{f"{k}_ms": v for k, v in med.items()},
+    return {"n": n, "dim": dim, "index_build_s": build_s, "screened": screened,
+            **{f"{k}_ms": v for k, v in med.items()},
             "hybrid_over_dense": med["hybrid"] / med["dense"], "dense_over_floor": med["dense"] / med["floor"],
             "retrieve_over_floor": med["retrieve"] / med["floor_store"],
             "retrieve_hybrid_over_dense": med["retrieve_hybrid"] / med["retrieve"]}
@@ -154,7 +157,8 @@ async def _rounds_async(runs: dict[str, Any], reps: int) -> dict[str, list[float
     return times
 
 
-async def _public(n: int, dim: int, reps: int, pool: ThreadPoolExecutor, cores: int) -> dict[str, list[float]]:
+async def _public(n: int, dim: int, reps: int, pool: ThreadPoolExecutor, cores: int,
+                  configs: tuple[StreamConfig, StreamConfig]) -> dict[str, list[float]]:
     """MemoryStream.retrieve, the public path (embed, score, fetch, touch in the file), over a store file each
     profile, interleaved with the floors over the very matrix the store loaded (laid out in memory as the
     store lays it out). Each profile's runs come in a block: interleaved, each would find the other's matrix
@@ -167,8 +171,7 @@ async def _public(n: int, dim: int, reps: int, pool: ThreadPoolExecutor, cores: 
     embedder = FakeEmbedder(dim, fixed={QUERY: query(dim).tolist()})
     role = RoleModel(ScriptedChat(default="5"), "none")
     streams = {}
-    for path, name, config in ((paths[0], "retrieve", StreamConfig()),
-                               (paths[1], "retrieve_hybrid", StreamConfig.for_profile("hybrid"))):
+    for path, name, config in ((paths[0], "retrieve", configs[0]), (paths[1], "retrieve_hybrid", configs[1])):
         store = await Store.open(path)
         streams[name] = MemoryStream(store, embedder, rater=role, reflector=role, agent=role, name="Bench",
                                      summary="", config=config, clock=FakeClock(from_timestamp(NOW)),
@@ -204,17 +207,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="100000,1000000")
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--reps", type=int, default=15)
+    parser.add_argument("--screen-mb", type=int, default=StreamConfig.screen_mb,
+                        help="[memory] screen_mb of the streams (default: the persona default)")
     args = parser.parse_args(argv)
     print(f"{'n':>9} {'floor':>7} {'rank':>7} {'hybrid':>7} {'ratio':>6} {'rank/floor':>10} | {'floor*':>7} "
-          f"{'retrieve':>8} {'hybrid':>7} {'ratio':>6} {'retrieve/floor*':>15} | {'index build':>11}")
+          f"{'retrieve':>8} {'hybrid':>7} {'ratio':>6} {'retrieve/floor*':>15} | {'index build':>11} | pass 1 reads")
     for n in (int(s) for s in args.sizes.split(",")):
-        r = run_case(n, args.dim, args.reps)
+        r = run_case(n, args.dim, args.reps, args.screen_mb)
         print(f"{n:>9} {r['floor_ms']:>7.1f} {r['dense_ms']:>7.1f} {r['hybrid_ms']:>7.1f} "
               f"{r['hybrid_over_dense']:>6.2f} {r['dense_over_floor']:>10.2f} | {r['floor_store_ms']:>7.1f} "
               f"{r['retrieve_ms']:>8.1f} {r['retrieve_hybrid_ms']:>7.1f} {r['retrieve_hybrid_over_dense']:>6.2f} "
-              f"{r['retrieve_over_floor']:>15.2f} | {r['index_build_s']:>10.1f}s")
+              f"{r['retrieve_over_floor']:>15.2f} | {r['index_build_s']:>10.1f}s | "
+              f"{'int16 screen' if r['screened'] else 'float32 rows'}")
         print("  floors: " + ", ".join(f"{key.removesuffix('_ms')} {value:.1f}" for key, value in r.items()
-                                       if ("floor_" in key or "screen" in key) and key.endswith("_ms")))
+                                       if ("floor_" in key or "screen_" in key) and key.endswith("_ms")))
     print("milliseconds, medians; rank = retrieve.rank (spec, compiled), hybrid = the same with the hybrid profile;"
           " retrieve = MemoryStream.retrieve over the store file; floor = the fastest plain pass over the bench's"
           " matrix, floor* over the matrix the store loaded, each timed in the same rounds as what it is"
