@@ -45,6 +45,7 @@ def test_stream_config_defaults_are_the_spec() -> None:
     ({"min_citations": 0}, "min_citations"),
     ({"max_concurrency": 0}, "max_concurrency"),
     ({"embed_batch_size": 0}, "embed_batch_size"),
+    ({"screen_mb": -1}, "screen_mb"),
 ])
 def test_stream_config_rejects_bad_values(options: dict[str, object], key: str) -> None:
     with pytest.raises(ConfigError, match=rf"^{key} must be") as info:

@@ -20,7 +20,8 @@ OUT_OF_RANGE = {
     ("memory", "weight_recency"): "-1.0", ("memory", "weight_importance"): "-0.5", ("memory", "weight_relevance"): "-2",
     ("memory", "decay"): "0.0", ("memory", "k"): "0", ("memory", "reflection_threshold"): "0",
     ("memory", "recent_for_questions"): "0", ("memory", "min_citations"): "0", ("memory", "max_concurrency"): "0",
-    ("memory", "embed_batch_size"): "0", ("models", "timeout"): "-1", ("models", "max_retries"): "-1",
+    ("memory", "embed_batch_size"): "0", ("memory", "screen_mb"): "-1", ("models", "timeout"): "-1",
+    ("models", "max_retries"): "-1",
     ("models", "embedding_dimensions"): "0", ("models", "base_url"): '"ftp://models.example"',
     ("discord", "history"): "51", ("discord", "reflect_check_minutes"): "0", ("persona", "timezone"): '"Mars/Base"',
 }

@@ -3,14 +3,17 @@ in step with every write to the stream."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memstream import kernels
+from memstream import MemoryStream, RoleModel, Store, StreamConfig, kernels
 from memstream.screen import Screen, cosine_error
 from memstream.store import StreamArrays
+from memstream.testing import FakeEmbedder, ScriptedChat
 from memstream.vectors import StreamVectors
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="the screen is read by the compiled loops only")
@@ -140,3 +143,17 @@ def test_the_screen_keeps_to_its_budget_and_is_dropped_when_the_stream_outgrows_
     vectors.remove([1001])
     assert vectors.screen() is not None  # back within its budget: built again
     assert StreamVectors(screen_rows=0, screen_bytes=0).screen() is None
+
+
+async def test_the_persona_setting_reaches_every_stream_it_loads(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "persona.db")
+    role = RoleModel(ScriptedChat(default="5"), "r")
+    memory = MemoryStream(store, FakeEmbedder(), rater=role, reflector=role, agent=role, name="Isabella",
+                          summary="Runs a cafe.", config=StreamConfig(screen_mb=3), auto_reflect=False)
+    try:
+        await memory.observe("the party is on friday", stream="general")
+        await memory.retrieve("party", stream="general")
+        loaded = memory.index.loaded("general")
+        assert loaded is not None and loaded.screen_bytes == 3 << 20
+    finally:
+        await memory.close()
