@@ -25,10 +25,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import numba
 import numpy as np
 
 from bench.data import NOW, STREAM, columns, query, store_file, text
+from bench.timing import BLOCK, WARM, Floors, plain_words, rounds
 from memstream import MemoryStream, RoleModel, Store, kernels, pages
 from memstream.clock import from_timestamp
 from memstream.config import StreamConfig
@@ -38,50 +38,6 @@ from memstream.vectors import StreamVectors
 
 K = 5
 QUERY = "did anyone go to the party at the gallery tonight?"
-
-
-def _ms(fn: Any) -> float:
-    start = time.perf_counter()
-    fn()
-    return (time.perf_counter() - start) * 1e3
-
-
-@numba.njit(nogil=True, fastmath={"reassoc"})
-def _plain_sum(values: Any) -> float:  # compiled, summed in any order: as vectorized as the compiler can
-    total = np.float32(0.0)
-    for i in range(values.size):
-        total += values[i]
-    return float(total)
-
-
-@numba.njit(nogil=True)
-def _plain_words(values: Any) -> int:  # compiled, a wrapping integer sum of 8-byte words: bytes of any type
-    total = np.uint64(0)
-    for i in range(values.size):
-        total += values[i]
-    return int(total)
-
-
-class Floors:
-    """The fastest plain passes over a matrix's bytes that can be written here: np.sum, and a compiled sum,
-    each split over every core; a BLAS product with a vector of ones (timed on its own: OpenBLAS threads
-    spin for a while after a product and would slow whatever ran next)."""
-
-    def __init__(self, blocks: list[Any], pool: ThreadPoolExecutor, cores: int) -> None:
-        self.blocks = blocks
-        parts = [p for block in blocks for p in np.array_split(block, cores)]
-        flat = [p.reshape(-1) for p in parts]
-        self.passes = {"floor_sum": lambda: list(pool.map(np.sum, parts)),
-                       "floor_loops": lambda: list(pool.map(_plain_sum, flat))}
-
-    def gemv(self, reps: int) -> list[float]:
-        ones = np.ones(self.blocks[0].shape[1], np.float32)
-
-        def product() -> object:
-            return [block @ ones for block in self.blocks]
-
-        product()
-        return [_ms(product) for _ in range(reps)]
 
 
 def run_case(n: int, dim: int, reps: int, screen_mb: int = StreamConfig.screen_mb) -> dict[str, Any]:
@@ -103,7 +59,7 @@ def run_case(n: int, dim: int, reps: int, screen_mb: int = StreamConfig.screen_m
                 "hybrid": lambda: rank(vectors, q, NOW, hybrid_config, K, text=QUERY)}
         runs["dense"]()  # builds the stream's screen, if it has one
         pages.wait()  # its move into huge pages done, as a while after loading
-        times = _rounds(runs, reps)
+        times = rounds(runs, reps)
         times["floor_gemv"] = floors.gemv(reps)
         screened = vectors.screen() is not None
         times.update(asyncio.run(_public(n, dim, reps, pool, cores, (dense_config, hybrid_config))))
@@ -117,27 +73,8 @@ def run_case(n: int, dim: int, reps: int, screen_mb: int = StreamConfig.screen_m
             "retrieve_hybrid_over_dense": med["retrieve_hybrid"] / med["retrieve"]}
 
 
-BLOCK, WARM = 5, 8  # timed runs of one kind in a row, after WARM untimed ones
-
-
-def _rounds(runs: dict[str, Any], reps: int) -> dict[str, list[float]]:
-    """`reps` timed runs of each, in rounds: in each round, each kind in turn runs WARM times untimed, then
-    BLOCK times timed. Each is timed in its own steady state (its data back in the caches, as when queries
-    follow one another), not in the state the other left: at 100k x 384 the float32 matrix fits in this VM's
-    L3 but, with the screen's copy beside it, a pass over one slowed the next few over the other (`rank` read
-    5.9, 5.0, 3.9, 3.4, 2.8 ms in its first runs after the floors, then 2.4). The rounds spread what slows the
-    machine for a while over all kinds alike."""
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(-(-reps // BLOCK)):
-        for name, fn in runs.items():
-            for _ in range(WARM):
-                fn()
-            times[name].extend(_ms(fn) for _ in range(BLOCK))
-    return times
-
-
 async def _rounds_async(runs: dict[str, Any], reps: int) -> dict[str, list[float]]:
-    """_rounds with MemoryStream.retrieve among the runs (a stream in place of a function), timed in the event
+    """timing.rounds with MemoryStream.retrieve among the runs (a stream in place of a function), timed in the event
     loop as a caller would."""
     async def once(run: Any) -> float:
         start = time.perf_counter()
@@ -163,11 +100,13 @@ async def _public(n: int, dim: int, reps: int, pool: ThreadPoolExecutor, cores: 
     profile, interleaved with the floors over the very matrix the store loaded (laid out in memory as the
     store lays it out). Each profile's runs come in a block: interleaved, each would find the other's matrix
     in the CPU caches instead of its own (at 100k x 384 a matrix fits in a large L3; at 1M none does)."""
-    # One file each: a write by one store (retrieve touches) makes the other reload its stream.
+    # A copy each: retrieve touches what it returns (a write by one store would make the other reload its
+    # stream), and the cached file must stay as built for the other cases (bench.retrieval's SQL reads it).
     source = store_file(n, dim)
     folder = Path(tempfile.mkdtemp(prefix="bench-hybrid-"))
-    paths = [source, folder / source.name]
-    shutil.copyfile(source, paths[1])
+    paths = [folder / f"spec-{source.name}", folder / f"hybrid-{source.name}"]
+    for path in paths:
+        shutil.copyfile(source, path)
     embedder = FakeEmbedder(dim, fixed={QUERY: query(dim).tolist()})
     role = RoleModel(ScriptedChat(default="5"), "none")
     streams = {}
@@ -191,7 +130,7 @@ async def _public(n: int, dim: int, reps: int, pool: ThreadPoolExecutor, cores: 
                 if screen is not None:  # for information: a plain pass over the bytes pass 1 reads
                     words = [p.reshape(-1).view(np.uint64) for _, codes in screen.blocks()
                              for p in np.array_split(codes, cores)]
-                    runs["screen_pass"] = lambda words=words: list(pool.map(_plain_words, words))
+                    runs["screen_pass"] = lambda words=words: list(pool.map(plain_words, words))
 
             runs[name] = memory
             times.update(await _rounds_async(runs, reps))

@@ -1,17 +1,19 @@
 """Case 1: exact retrieval (every memory scored, the spec's formula, top 5) against the memory-bandwidth floor.
 
-Per size, in one process and interleaved run by run: the floor (a plain pass over the same bytes of
-embeddings: the faster of a sum and a BLAS product with a vector of ones, with the same thread count),
-memstream's `rank` (with its compiled loops, and on its numpy path), the same formula in one SQL statement
-with sqlite-vec's vec_distance_cosine, and the paper's way, a per-memory Python loop (`rank_reference`, on
-10k memories only: it is too slow beyond).
+Per size, in one process, on 1 and on 2 cores (the process's affinity: memstream takes a thread a core): the
+floor (the fastest plain pass over the same bytes of float32 embeddings with as many threads: np.sum split, a
+compiled sum split, a BLAS product with a vector of ones) and memstream's `rank`, in rounds of blocks
+(bench.timing.rounds), BLAS and memstream's numpy path timed after them (BLAS threads spin for a while after
+a product); the same formula in one SQL statement with sqlite-vec's vec_distance_cosine, and the paper's way,
+a per-memory Python loop (`rank_reference`, on 10k memories only: it is too slow beyond).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import statistics
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -21,7 +23,8 @@ import sqlite_vec
 from threadpoolctl import threadpool_limits
 
 from bench.data import NOW, STREAM, Columns, columns, query, store_file
-from memstream import kernels
+from bench.timing import Floors, ms, rounds
+from memstream import kernels, pages
 from memstream.config import StreamConfig
 from memstream.retrieve import rank, rank_reference
 from memstream.store import sqlite_module, to_blob
@@ -45,25 +48,16 @@ LIMIT :k
 """
 
 
-def _ms(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    fn()
-    return (time.perf_counter() - start) * 1e3
-
-
-def floor_passes(vectors: StreamVectors, threads: int, pool: ThreadPoolExecutor) -> dict[str, Callable[[], object]]:
-    """Plain passes over the embeddings' bytes, split over `threads` like the product is."""
-    parts = [block for _, block in vectors.blocks()]
-    if threads > 1:
-        parts = [p for block in parts for p in np.array_split(block, threads)]
-    ones = np.ones(vectors.dim, np.float32)
-
-    def each(fn: Callable[[npt.NDArray[np.float32]], object]) -> Callable[[], object]:
-        if threads == 1:
-            return lambda: [fn(p) for p in parts]
-        return lambda: list(pool.map(fn, parts))
-
-    return {"sum": each(lambda p: p.sum()), "blas_ones": lambda: [p @ ones for _, p in vectors.blocks()]}
+@contextlib.contextmanager
+def on_cores(count: int) -> Iterator[None]:
+    """The calling thread (and the threads it starts) on `count` of the process's cores: memstream's pass 1
+    takes a thread a core it may run on (scan.py), so `rank` and the floor use the same number."""
+    saved = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, sorted(saved)[:count])
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, saved)
 
 
 def sql_connection(path: str) -> Any:
@@ -97,21 +91,21 @@ def run_case(n: int, dim: int, reps: int, threads: list[int], sql_reps: int, loo
     out: dict[str, Any] = {"n": n, "dim": dim, "bytes": n * dim * 4, "reps": reps, "threads": {}}
     kernels.warm()
     top = [int(i) for i in vectors.ids[rank(vectors, q, NOW, config, K, compiled=True).rows]]
+    pages.wait()  # the screen the query built (if any) in huge pages, as a while after loading
     out["top"] = top
     out["numpy_agrees"] = top == [int(i) for i in vectors.ids[rank(vectors, q, NOW, config, K, compiled=False).rows]]
     with ThreadPoolExecutor(max(threads)) as pool:
         for t in threads:
-            with threadpool_limits(t, "blas"):
-                passes = floor_passes(vectors, t, pool)
-                times: dict[str, list[float]] = {name: [] for name in [*passes, "rank", "rank_numpy"]}
-                for warm in passes.values():
-                    warm()
-                for _ in range(reps):
-                    for name, fn in passes.items():
-                        times[name].append(_ms(fn))
-                    times["rank"].append(_ms(lambda: rank(vectors, q, NOW, config, K, compiled=True)))
-                    times["rank_numpy"].append(_ms(lambda: rank(vectors, q, NOW, config, K, compiled=False)))
+            with on_cores(t), threadpool_limits(t, "blas"):
+                floors = Floors([block for _, block in vectors.blocks()], pool, t)
+                times = rounds({**floors.passes, "rank": lambda: rank(vectors, q, NOW, config, K, compiled=True)},
+                               reps)
+                # BLAS on its own, after the rest: its threads spin for a while after a product
+                times["floor_gemv"] = floors.gemv(reps)
+                numpy_path = [ms(lambda: rank(vectors, q, NOW, config, K, compiled=False)) for _ in range(reps + 1)]
+                times["rank_numpy"] = numpy_path[1:]
             medians = {name: statistics.median(values) for name, values in times.items()}
+            passes = [name for name in medians if name.startswith("floor_")]
             floor_name = min(passes, key=lambda name: medians[name])
             out["threads"][str(t)] = {
                 "rank_ms": medians["rank"], "rank_numpy_ms": medians["rank_numpy"],
@@ -122,7 +116,7 @@ def run_case(n: int, dim: int, reps: int, threads: list[int], sql_reps: int, loo
             }
     conn = sql_connection(str(store_file(n, dim)))
     sql_top = sql_rank(conn, q, config)
-    out["sql_ms"] = statistics.median(_ms(lambda: sql_rank(conn, q, config)) for _ in range(sql_reps))
+    out["sql_ms"] = statistics.median(ms(lambda: sql_rank(conn, q, config)) for _ in range(sql_reps))
     out["sql_agrees"] = sql_top == top
     conn.close()
     if loop_reps:
@@ -133,7 +127,7 @@ def run_case(n: int, dim: int, reps: int, threads: list[int], sql_reps: int, loo
                                        data.last_accessed[:m], data.created[:m]).arrays())
         loop = loop_rank(data, m, q, config)
         loop_top = loop()
-        out["loop_ms"] = statistics.median(_ms(loop) for _ in range(loop_reps))
+        out["loop_ms"] = statistics.median(ms(loop) for _ in range(loop_reps))
         out["loop_n"] = m
         out["loop_agrees"] = loop_top == [int(i) for i in subset.ids[rank(subset, q, NOW, config, K).rows]]
     return out

@@ -39,7 +39,7 @@ _REBASE_EXPONENT = 500.0
 _WARM_ROWS = 20_000
 # From this many rows on, pass 1 reads the stream's screen (screen.py): half the bytes, half again the memory;
 # up to this many bytes of it (StreamConfig.screen_mb), beyond which pass 1 reads the float32 rows.
-SCREEN_ROWS = 16_384
+SCREEN_ROWS = 4096
 SCREEN_BYTES = 256 << 20
 
 
