@@ -1,10 +1,10 @@
 """Exact retrieval: every memory of a stream scored on recency, importance and relevance.
 
 `rank` gives the same top k as `rank_reference`, the spec's formula computed memory by memory in float64,
-bit for bit. It gets there in two passes: a float32 pass over the whole matrix (at the memory-bandwidth
-floor) scores every memory within a proven error bound, then the few memories that bound cannot separate
-from the top k, and the extremes that the min-max normalization needs, are scored again with the very
-operations of the reference. Ties go to the newer memory, then the higher id.
+bit for bit. It gets there in two passes: a float32 pass over the whole matrix (or, for a large stream, over
+its half-size int16 screen: screen.py) scores every memory within a proven error bound, then the few
+memories that bound cannot separate from the top k, and the extremes that the min-max normalization needs,
+are scored again with the very operations of the reference. Ties go to the newer memory, then the higher id.
 
 That is the default scoring (profile `spec`, recency from last access). The other profiles and recency
 options (profiles.py) are scored from the same float32 pass over the matrix, in float64 from there on.

@@ -3,7 +3,8 @@
 The store stays the source of truth: every write goes to SQLite first, then here. Rows are kept exactly as
 stored (float32, not renormalized) with their inverse norms beside them, so scoring here can be checked
 bit for bit against the reference computed from the store. The matrix lives in blocks that never move once
-written: appending never copies it, and a loaded stream costs one copy of its embeddings, not two.
+written: appending never copies it, and a loaded stream costs one copy of its embeddings, not two (and, for a
+stream large enough and within its budget, the half-size copy pass 1 reads: screen.py).
 """
 
 from __future__ import annotations
