@@ -27,7 +27,7 @@ import numpy.typing as npt
 from memstream import kernels
 from memstream._load import cores
 
-__all__ = ["ROOM", "cosines", "first_pass"]
+__all__ = ["ROOM", "cosines", "each", "first_pass"]
 
 F32 = npt.NDArray[np.float32]
 Rows = npt.NDArray[Any]  # float32 rows, or a screen's int16 codes (screen.py)
@@ -108,6 +108,17 @@ def first_pass(blocks: Sequence[tuple[int, Rows]], unit: F32, inverse_norms: F32
     if kept > room or len(extremes) > room:
         return None
     return rows[:kept], extremes
+
+
+def each(count: int, work: Callable[[int], None]) -> None:
+    """work(i) for i in range(count), split over the cores (each i taken by whichever thread comes free)."""
+    def share(i: int, wait: Callable[[], None]) -> None:
+        for j in claims:
+            work(j)
+
+    with _turn:
+        claims = _Claims(count)
+        _on_cores(max(1, min(cores(), count)), share)
 
 
 class _Claims:

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from memstream import kernels
+from memstream import kernels, scan
 from memstream._load import large_empty
 
 __all__ = ["Screen", "cosine_error"]
@@ -79,19 +79,47 @@ class Screen:
         """Rows start.. of the stream are now `matrix` (float32 rows)."""
         matrix = np.ascontiguousarray(matrix, dtype=np.float32)
         end = start + len(matrix)
+        self._room(end)
+        self._done([self._quantize(start, matrix)], end)
+
+    def fill(self, blocks: Sequence[tuple[int, F32]]) -> None:
+        """Write these (first row, rows) blocks (a stream's, StreamVectors.blocks()), split over the cores: the
+        first query of a 340k-row stream built its screen in 0.60 s in one thread."""
+        pieces = [(start + lo, block[lo:lo + _CHUNK]) for start, block in blocks
+                  for lo in range(0, len(block), _CHUNK)]
+        end = max((start + len(rows) for start, rows in pieces), default=0)
+        self._room(end)
+        errors = [0.0] * len(pieces)
+
+        def one(j: int) -> None:
+            errors[j] = self._quantize(*pieces[j])
+
+        scan.each(len(pieces), one)
+        self._done(errors, end)
+
+    def _room(self, end: int) -> None:
         if end > len(self._factors):
             grown = np.zeros(max(end, 2 * len(self._factors)), np.float32)
             grown[: self.n] = self._factors[: self.n]
             self._factors = grown
+
+    def _quantize(self, start: int, matrix: F32) -> float:
+        """Codes and factors of rows start.. (disjoint rows may be written from several threads at once); the
+        largest error among them."""
         quantize = kernels.loops()["quantize"]
+        worst = 0.0
         done = 0
         while done < len(matrix):
             b = bisect_right(self._starts, start + done) - 1
             block, offset = self._blocks[b], start + done - self._starts[b]
             take = min(len(block) - offset, len(matrix) - done, _CHUNK)
             error = quantize(matrix[done:done + take], block[offset:offset + take], self._factors, start + done)
-            self.error = max(self.error, float(error))
+            worst = max(worst, float(error))
             done += take
+        return worst
+
+    def _done(self, errors: Sequence[float], end: int) -> None:
+        self.error = max(self.error, *errors)
         self.n = max(self.n, end)
 
     def truncate(self, n: int) -> None:

@@ -128,8 +128,7 @@ class StreamVectors:
         than `screen_bytes`, or without the compiled loops."""
         if self._screen is None and self.n >= max(1, self.screen_rows) and self._screen_fits() and kernels.ready():
             screen = Screen(self.dim, self._starts, [len(block) for block in self._blocks])
-            for start, block in self.blocks():
-                screen.write(start, block)
+            screen.fill(list(self.blocks()))
             self._screen = screen
             pages.collapse_in_background(screen)
         return self._screen

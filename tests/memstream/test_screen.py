@@ -157,3 +157,18 @@ async def test_the_persona_setting_reaches_every_stream_it_loads(tmp_path: Path)
         assert loaded is not None and loaded.screen_bytes == 3 << 20
     finally:
         await memory.close()
+
+
+def test_a_screen_built_over_the_cores_equals_one_written_row_by_row() -> None:
+    rng = np.random.default_rng(8)
+    vectors = StreamVectors(screen_rows=10**9)
+    for first in range(1, 60_001, 12_000):  # five appends: several blocks, pieces of 8,192 rows across them
+        vectors.append(np.arange(first, first + 12_000), rng.standard_normal((12_000, 24)).astype(np.float32),
+                       np.full(12_000, 5.0), np.full(12_000, 1e9), np.full(12_000, 1e9))
+    vectors.screen_rows = 0
+    built = vectors.screen()
+    assert built is not None and len(list(vectors.blocks())) > 1
+    written = _rebuilt(vectors)
+    assert np.array_equal(np.concatenate([c for _, c in built.blocks()]),
+                          np.concatenate([c for _, c in written.blocks()]))
+    assert np.array_equal(built.factors, written.factors) and built.error == written.error
