@@ -19,7 +19,7 @@ from memstream.kernels import _U64, importance_terms, recency_terms, relevance_t
 __all__ = ["bm25", "candidates", "cosines", "cut", "finish", "pass_terms", "prepare", "quantize"]
 
 jit = numba.njit(cache=True, nogil=True, error_model="numpy")
-# The product alone may sum in any order and fuse multiply-adds: its error bound (retrieve._cosine_error) holds
+# The product alone may sum in any order and fuse multiply-adds: its error bound (screen.cosine_error) holds
 # for every order, with or without FMA. Nothing else here may.
 product = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
 rec_terms, imp_terms, rel_terms = jit(recency_terms), jit(importance_terms), jit(relevance_terms)

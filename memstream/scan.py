@@ -51,7 +51,7 @@ def cosines(blocks: Sequence[tuple[int, Rows]], unit: F32, inverse_norms: F32,
             out: F32) -> tuple[float, float, bool]:
     """The float32 cosine of every row with the unit query, into `out`; (the smallest, the largest, whether any
     is NaN). Over a screen's codes, `inverse_norms` are its factors."""
-    pieces = _pieces(blocks, len(out))
+    pieces = _pieces(blocks)
     with _turn:
         claims = _Claims(len(pieces))
         found = _on_cores(_threads(len(out)), lambda i, _: _product(pieces, claims, unit, inverse_norms, out))
@@ -66,7 +66,7 @@ def first_pass(blocks: Sequence[tuple[int, Rows]], unit: F32, inverse_norms: F32
     either (scores equal within the error bound: the numpy path copes)."""
     loops = kernels.loops()
     n = len(inverse_norms)
-    pieces = _pieces(blocks, n)
+    pieces = _pieces(blocks)
     room = min(room, n)
     ranges: list[tuple[float, float, bool]] = []
     lock = threading.Lock()
@@ -154,7 +154,7 @@ def _range(found: Sequence[tuple[float, float, bool]]) -> tuple[float, float, bo
     return min(f[0] for f in found), max(f[1] for f in found), any(f[2] for f in found)
 
 
-def _pieces(blocks: Sequence[tuple[int, Rows]], n: int) -> list[tuple[int, Rows]]:
+def _pieces(blocks: Sequence[tuple[int, Rows]]) -> list[tuple[int, Rows]]:
     """The rows as (first row, rows) pieces of at most _PIECE_ROWS, within blocks."""
     pieces = []
     for start, block in blocks:
