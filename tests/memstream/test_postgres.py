@@ -249,6 +249,29 @@ async def test_writers_of_one_stream_in_two_processes_never_deadlock(postgres_ur
         await b.close()
 
 
+async def test_batches_of_two_streams_writing_each_others_usage_never_deadlock(postgres_url: str) -> None:
+    # A burst's batch carries the usage counted so far, of every stream, in the order the calls were counted:
+    # batches of two streams (each under its own stream's lock) may list the same usage rows in opposite orders.
+    a, b = await Store.open(postgres_url), await Store.open(postgres_url)
+    try:
+        vector = np.ones(4, np.float32)
+        streams = ("guild:1", "guild:2")
+
+        async def complete(store: Store, i: int) -> None:
+            stream = streams[i % 2]
+            [(new, _)] = await store.insert_unique([NewMemory(stream=stream, kind="observation", text=f"m{i}",
+                                                              created_at=T0, source=Source(message_id=f"u{i}"))])
+            usage = [(s, role, 1, 0, 1, 1, 0) for s in streams for role in ("rater", "embedder")]
+            await store.complete_many(stream, [(new, 3, "rater", vector)], usage[::-1] if i % 2 else usage)
+
+        await asyncio.gather(*(complete(store, i) for i in range(60) for store in (a, b)))
+        usage = await a.usage("guild:1")
+        assert usage["rater"]["calls"] == 120 and usage["embedder"]["calls"] == 120
+    finally:
+        await a.close()
+        await b.close()
+
+
 async def test_a_memory_stream_reloads_a_stream_another_process_wrote_to(make_memory: Any, embedder: Any,
                                                                         database: Any) -> None:
     memory = make_memory()

@@ -79,11 +79,14 @@ class Counters(Core):
             await self._execute(_DAILY_USAGE, row)
 
     async def record_usage_many(self, rows: Sequence[UsageRow]) -> None:
-        """Add many (stream, role, calls, failures, prompt tokens, completion tokens, retries) rows at once."""
+        """Add many (stream, role, calls, failures, prompt tokens, completion tokens, retries) rows at once.
+        Their rows are locked in one order (stream, then role) whatever the order given: two writers listing
+        the same counters in opposite orders (a burst's batches of two streams) would otherwise deadlock."""
         if rows:
+            ordered = sorted(rows, key=lambda row: (row[0], row[1]))
             async with self.transaction():
-                await self._many(_USAGE, rows)
-                await self._many(_DAILY_USAGE, rows)
+                await self._many(_USAGE, ordered)
+                await self._many(_DAILY_USAGE, ordered)
 
     async def count_fault(self, stream: str, kind: str, count: int = 1) -> None:
         """Count a degraded outcome (rating_fallback, insight_dropped, questions_trimmed, ...)."""
