@@ -29,12 +29,14 @@ import numpy as np
 
 from bench.data import NOW, STREAM, columns, query, store_file, text
 from bench.timing import BLOCK, WARM, Floors, plain_words, rounds
-from memstream import MemoryStream, RoleModel, Store, kernels, pages
+from memstream import MemoryStream, RoleModel, Store
 from memstream.clock import from_timestamp
 from memstream.config import StreamConfig
-from memstream.retrieve import rank
+from memstream.index import _kernels as kernels
+from memstream.index import _pages as pages
+from memstream.index.retriever import rank
+from memstream.index.vectors import StreamVectors
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
-from memstream.vectors import StreamVectors
 
 K = 5
 QUERY = "did anyone go to the party at the gallery tonight?"

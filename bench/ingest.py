@@ -24,9 +24,9 @@ import numpy.typing as npt
 from bench.data import NOW, STREAM, text
 from memstream.clock import from_timestamp
 from memstream.config import StreamConfig
-from memstream.embed import OpenAIEmbedder
-from memstream.llm import Completion, OpenAIChat, make_client
-from memstream.models import RoleModel
+from memstream.models.embed import OpenAIEmbedder
+from memstream.models.llm import Completion, OpenAIChat, make_client
+from memstream.models.roles import RoleModel
 from memstream.records import Source
 from memstream.store import Store
 from memstream.stream import MemoryStream, Observation

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from memstream.config import StreamConfig
-from memstream.embed import SentenceTransformerEmbedder
-from memstream.evaluate import CachedEmbedder, EvalLine, ModelCache, evaluate, read_eval
-from memstream.profiles import BASELINES, PROFILES, configured
+from memstream.data.evaluate import CachedEmbedder, EvalLine, ModelCache, evaluate, read_eval
+from memstream.index.profiles import BASELINES, PROFILES, configured
+from memstream.models.embed import SentenceTransformerEmbedder
 from memstream.testing import ScriptedChat
 
 FILES = ("locomo-dev.jsonl", "locomo-dev-rated.jsonl")

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from memstream.config import StreamConfig
-from memstream.embed import SentenceTransformerEmbedder
-from memstream.evaluate import CachedEmbedder, ModelCache, evaluate, read_eval
-from memstream.profiles import PROFILES
+from memstream.data.evaluate import CachedEmbedder, ModelCache, evaluate, read_eval
+from memstream.index.profiles import PROFILES
+from memstream.models.embed import SentenceTransformerEmbedder
 from memstream.testing import ScriptedChat
 
 SEED = 7

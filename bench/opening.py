@@ -31,12 +31,12 @@ import numpy as np
 from bench.data import NOW, STREAM, query
 from memstream.clock import from_timestamp
 from memstream.config import StreamConfig
-from memstream.models import Models, RoleModel
-from memstream.profiles import uses_lexical
-from memstream.retrieve import Retriever
+from memstream.index.profiles import uses_lexical
+from memstream.index.retriever import Retriever
+from memstream.index.vectors import VectorIndex
+from memstream.models.roles import Models, RoleModel
 from memstream.store import Store
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
-from memstream.vectors import VectorIndex
 
 QUERY_TEXT = "party tonight at the gallery"  # words of the generated texts (bench.data), for lexical relevance
 

@@ -38,15 +38,15 @@ from bench import ingest, opening
 from bench.data import NOW, STREAM, query, store_file
 from memstream.clock import from_timestamp
 from memstream.config import StreamConfig
-from memstream.llm import Completion
-from memstream.models import Models, RoleModel
+from memstream.data.transfer import copy_store
+from memstream.index.retriever import Retriever
+from memstream.index.vectors import VectorIndex
+from memstream.models.llm import Completion
+from memstream.models.roles import Models, RoleModel
 from memstream.records import Source
-from memstream.retrieve import Retriever
 from memstream.store import Store
 from memstream.stream import MemoryStream, Observation
 from memstream.testing import FakeClock, FakeEmbedder
-from memstream.transfer import copy_store
-from memstream.vectors import VectorIndex
 from tests import postgres
 
 _ROOT = Path(__file__).resolve().parent.parent

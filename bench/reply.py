@@ -22,7 +22,7 @@ import numpy.typing as npt
 from bench.data import NOW, STREAM, store_file
 from memstream.clock import from_timestamp
 from memstream.config import StreamConfig
-from memstream.models import RoleModel
+from memstream.models.roles import RoleModel
 from memstream.records import Source
 from memstream.store import Store
 from memstream.stream import MemoryStream

@@ -24,11 +24,12 @@ from threadpoolctl import threadpool_limits
 
 from bench.data import NOW, STREAM, Columns, columns, query, store_file
 from bench.timing import Floors, ms, rounds
-from memstream import kernels, pages
 from memstream.config import StreamConfig
-from memstream.retrieve import rank, rank_reference
+from memstream.index import _kernels as kernels
+from memstream.index import _pages as pages
+from memstream.index.retriever import rank, rank_reference
+from memstream.index.vectors import StreamVectors
 from memstream.store import sqlite_module, to_blob
-from memstream.vectors import StreamVectors
 
 K = 5
 LOOP_N = 10_000

@@ -25,9 +25,9 @@ import discord
 from bot.bot import OneLineReconnects, PersonaBot, make_bot
 from bot.sharding import COUNT_ENV, SHARDS_ENV, parse_shards
 from memstream import ConfigError, MemoryStream, MemstreamError, load_persona
+from memstream.config import is_database_url
 from memstream.exits import exit_status
-from memstream.location import is_database_url
-from memstream.terminal import visible
+from memstream.text import visible
 
 __all__ = ["add_shard_arguments", "configure_logging", "main", "run", "settle_memory"]
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from memstream import ConfigError
-from memstream.ranges import compact_ranges
+from memstream.render import compact_ranges
 
 __all__ = ["COUNT_ENV", "SHARDS_ENV", "Shards", "parse_shards", "shard_of"]
 

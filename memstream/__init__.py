@@ -10,7 +10,6 @@ if _typing.TYPE_CHECKING:
     from memstream.agent import Agent, format_time
     from memstream.clock import Clock, SystemClock
     from memstream.config import DiscordConfig, ModelConfig, PersonaConfig, StreamConfig, load_persona
-    from memstream.embed import Embedder, OpenAIEmbedder, SentenceTransformerEmbedder
     from memstream.errors import (
         CompletionError,
         ConfigError,
@@ -28,13 +27,14 @@ if _typing.TYPE_CHECKING:
         StoreLocked,
         StoreReadOnly,
     )
-    from memstream.llm import ChatModel, Completion, OpenAIChat
-    from memstream.models import Models, RoleModel
+    from memstream.index.retriever import Retriever, rank, rank_reference
+    from memstream.models.embed import Embedder, OpenAIEmbedder, SentenceTransformerEmbedder
+    from memstream.models.llm import ChatModel, Completion, OpenAIChat
+    from memstream.models.roles import Models, RoleModel
     from memstream.prompts import Prompt, load_prompt
     from memstream.rate import Rater, Rating, parse_rating
     from memstream.records import EvidenceNode, Memory, ScoredMemory, Source
     from memstream.reflect import Insight, Reflection, Reflector, parse_citations, parse_insights, parse_questions
-    from memstream.retrieve import Retriever, rank, rank_reference
     from memstream.store import Store
     from memstream.stream import DEFAULT_STREAM, MemoryStream, Observation, Reply
 
@@ -44,18 +44,18 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "memstream.agent": ("Agent", "format_time"),
     "memstream.clock": ("Clock", "SystemClock"),
     "memstream.config": ("DiscordConfig", "ModelConfig", "PersonaConfig", "StreamConfig", "load_persona"),
-    "memstream.embed": ("Embedder", "OpenAIEmbedder", "SentenceTransformerEmbedder"),
+    "memstream.models.embed": ("Embedder", "OpenAIEmbedder", "SentenceTransformerEmbedder"),
     "memstream.errors": ("CompletionError", "ConfigError", "EmbeddingError", "MemoryNotFound", "MemstreamError",
                          "MigrationError", "MissingVariables", "PromptError", "ProviderError", "SchemaTooNew",
                          "StoreDamaged", "StoreError", "StoreFull", "StoreLocked", "StoreReadOnly"),
-    "memstream.llm": ("ChatModel", "Completion", "OpenAIChat"),
-    "memstream.models": ("Models", "RoleModel"),
+    "memstream.models.llm": ("ChatModel", "Completion", "OpenAIChat"),
+    "memstream.models.roles": ("Models", "RoleModel"),
     "memstream.prompts": ("Prompt", "load_prompt"),
     "memstream.rate": ("Rater", "Rating", "parse_rating"),
     "memstream.records": ("EvidenceNode", "Memory", "ScoredMemory", "Source"),
     "memstream.reflect": ("Insight", "Reflection", "Reflector", "parse_citations", "parse_insights",
                           "parse_questions"),
-    "memstream.retrieve": ("Retriever", "rank", "rank_reference"),
+    "memstream.index.retriever": ("Retriever", "rank", "rank_reference"),
     "memstream.store": ("Store",),
     "memstream.stream": ("DEFAULT_STREAM", "MemoryStream", "Observation", "Reply"),
 }

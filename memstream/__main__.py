@@ -2,6 +2,6 @@
 
 import sys
 
-from memstream.cli import main
+from memstream.cli.commands import main
 
 sys.exit(main())

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from memstream.models import Models
+from memstream.models.roles import Models
 from memstream.prompts import load_prompt, one_line, tag_safe
 from memstream.records import ScoredMemory
 

@@ -15,19 +15,38 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from memstream.errors import ConfigError
-from memstream.location import is_database_url, redact
 
 __all__ = [
     "DiscordConfig",
     "ModelConfig",
     "PersonaConfig",
     "StreamConfig",
+    "is_database_url",
     "load_persona",
+    "redact",
 ]
+
+_URL_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_database_url(location: str | Path) -> bool:
+    """Whether a database setting names a PostgreSQL server (a URL), not a SQLite file (a path)."""
+    return isinstance(location, str) and location.startswith(_URL_SCHEMES)
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    port = f":{parts.port}" if parts.port else ""
+    return urlunsplit(parts._replace(netloc=f"{user}{host}{port}"))
 
 T = TypeVar("T")
 
@@ -37,7 +56,7 @@ PROFILE_NAMES = ("spec", "hybrid")
 PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
     "hybrid": {"weight_recency": 0.05, "weight_importance": 0.2, "weight_relevance": 1.0},
 }
-# Not profiles a persona runs with: what `memstream eval` compares the profiles against (memstream.profiles).
+# Not profiles a persona runs with: what `memstream eval` compares the profiles against (memstream.index.profiles).
 BASELINES: dict[str, dict[str, object]] = {
     "relevance": {"profile": "spec", "weight_recency": 0.0, "weight_importance": 0.0, "weight_relevance": 1.0},
     "lexical": {"profile": "hybrid", "weight_recency": 0.0, "weight_importance": 0.0, "weight_relevance": 1.0,

@@ -6,7 +6,7 @@ import logging
 import re
 from dataclasses import dataclass
 
-from memstream.models import Models
+from memstream.models.roles import Models
 from memstream.prompts import load_prompt, one_line, tag_safe
 
 __all__ = ["FALLBACK_IMPORTANCE", "Rater", "Rating", "parse_rating"]

@@ -10,10 +10,10 @@ from datetime import datetime
 
 from memstream.clock import to_timestamp
 from memstream.config import StreamConfig
-from memstream.models import Models
+from memstream.index.retriever import RetrieverLike
+from memstream.models.roles import Models
 from memstream.prompts import load_prompt, one_line, tag_safe
 from memstream.records import Memory, ScoredMemory
-from memstream.retrieve import RetrieverLike
 from memstream.store import NewMemory, Store, deferred_touches
 
 __all__ = ["Insight", "Reflection", "Reflector", "parse_citations", "parse_insights", "parse_questions"]

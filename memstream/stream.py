@@ -17,18 +17,18 @@ import openai
 from memstream.agent import Agent
 from memstream.clock import Clock, SystemClock, sane_time, to_timestamp
 from memstream.config import PersonaConfig, StreamConfig
-from memstream.embed import Embedder, OpenAIEmbedder, SentenceTransformerEmbedder
 from memstream.errors import ConfigError, ProviderError
-from memstream.llm import ChatModel, Completion, OpenAIChat, make_client
-from memstream.models import Models, RoleModel
-from memstream.profiles import uses_lexical
+from memstream.index.profiles import uses_lexical
+from memstream.index.retriever import Retriever, RetrieverLike
+from memstream.index.vectors import VectorIndex
+from memstream.models.embed import Embedder, OpenAIEmbedder, SentenceTransformerEmbedder
+from memstream.models.llm import ChatModel, Completion, OpenAIChat, make_client
+from memstream.models.roles import Models, RoleModel
 from memstream.rate import Rater, Rating
 from memstream.records import DEFAULT_STREAM, EvidenceNode, Memory, Observation, ScoredMemory, Source
 from memstream.reflect import Reflection, Reflector
-from memstream.retrieve import Retriever, RetrieverLike
 from memstream.store import NewMemory, Store, deferred_touches
-from memstream.validate import check_text
-from memstream.vectors import VectorIndex
+from memstream.text import check_text
 
 __all__ = ["DEFAULT_STREAM", "MemoryStream", "Observation", "Reply", "connect_models"]
 

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import numpy.typing as npt
 
-from memstream.llm import Completion
+from memstream.models.llm import Completion
 
 __all__ = ["FakeClock", "FakeEmbedder", "ScriptedChat", "hash_embedding"]
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from memstream.config import StreamConfig
-from memstream.embed import Embedder
-from memstream.models import RoleModel
+from memstream.models.embed import Embedder
+from memstream.models.roles import RoleModel
 from memstream.store import Store
 from memstream.stream import MemoryStream
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat

@@ -24,7 +24,8 @@ def test_the_wheel_ships_prompts_and_migrations_and_finds_them(tmp_path: Path) -
         assert f"memstream/migrations/{migration.name}" in names
     for migration in ROOT.glob("migrations/postgres/*.sql"):
         assert f"memstream/migrations/postgres/{migration.name}" in names
-    assert {"bot/__main__.py", "memstream/py.typed", "memstream/_load.py"} <= names  # workers run _load.py by path
+    # workers run _load.py by path
+    assert {"bot/__main__.py", "memstream/py.typed", "memstream/store/_load.py"} <= names
     for static in ROOT.glob("memstream/web/static/*"):  # the dashboard's script, stylesheet and icon
         assert f"memstream/web/static/{static.name}" in names
     script = (

@@ -10,7 +10,7 @@ from discord import app_commands
 from discord.ext import commands
 
 from bot.bot import PersonaBot, stream_key
-from memstream.export import author_document, document_text
+from memstream.data.export import author_document, document_text
 
 __all__ = ["MyDataCog", "setup"]
 

@@ -4,8 +4,8 @@
 Nothing above this package knows which one it runs on.
 """
 
+from memstream.config import is_database_url, redact
 from memstream.store.base import Store
-from memstream.store.location import is_database_url, redact
 from memstream.store.migrations import Migration, all_migrations
 from memstream.store.policy import RETRY_BASE_SECONDS, RETRY_CAP_SECONDS, deferred_touches, retry_delay
 from memstream.store.records import NewMemory, StreamArrays, UsageRow

@@ -16,9 +16,9 @@ from typing import Any, Protocol, Self
 import numpy as np
 import numpy.typing as npt
 
+from memstream.config import is_database_url
 from memstream.errors import StoreError
 from memstream.records import EvidenceNode, Memory
-from memstream.store.location import is_database_url
 from memstream.store.records import NewMemory, StreamArrays, UsageRow
 from memstream.store.sqlite import SQLiteStore
 from memstream.store.tables import Table

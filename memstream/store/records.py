@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from memstream import _load
 from memstream.records import Source
+from memstream.store import _load
 
 __all__ = ["NewMemory", "StreamArrays", "UsageRow", "part_arrays", "sink_arrays"]
 

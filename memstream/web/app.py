@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from memstream.cli import tree_json
+from memstream.cli.commands import tree_json
 from memstream.errors import ConfigError, MemoryNotFound, ProviderError
 from memstream.stream import DEFAULT_STREAM, MemoryStream
 from memstream.web.pages import Site, url

@@ -1,7 +1,7 @@
 """HTML that escapes by default: every value put into a template is escaped unless it is already `Safe`.
 
 Memory text is untrusted (anyone on Discord writes it): it reaches a page only through `esc`, which also makes
-control and bidi characters visible, as the terminal does (memstream.terminal), so a memory cannot reorder
+control and bidi characters visible, as the terminal does (memstream.text), so a memory cannot reorder
 the text around it.
 """
 
@@ -11,7 +11,7 @@ import html
 from collections.abc import Iterable
 from typing import Any
 
-from memstream.terminal import visible
+from memstream.text import visible
 
 __all__ = ["Safe", "esc", "h", "join"]
 

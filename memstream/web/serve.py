@@ -11,7 +11,7 @@ from aiohttp import web
 
 from memstream.config import PersonaConfig
 from memstream.errors import ConfigError
-from memstream.llm import Completion
+from memstream.models.llm import Completion
 from memstream.stream import MemoryStream
 from memstream.web.app import WebOptions, make_app
 from memstream.web.security import resolve_token

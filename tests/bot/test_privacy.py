@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from bot.__main__ import run
-from memstream import MemoryNotFound, cli
+from memstream import MemoryNotFound
+from memstream.cli import commands as cli
 from tests.bot.conftest import WAIT, Models, World, until
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAIServer

@@ -13,8 +13,8 @@ from typing import Any
 
 import psycopg
 
+from memstream.index.retriever import RetrieverLike
 from memstream.records import ScoredMemory
-from memstream.retrieve import RetrieverLike
 from memstream.store import SQLiteStore, Store
 
 # Text unique to each of the four prompts (checked in test_prompts.py).

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from tests.fakes.openai_server import FakeOpenAIServer
-from tests.memstream.test_cli import _answer, _persona
+from tests.memstream.cli.test_cli import _answer, _persona
 
 
 def _chat(persona: str, lines: str) -> subprocess.CompletedProcess[str]:

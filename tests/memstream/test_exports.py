@@ -12,8 +12,9 @@ import memstream.errors
 
 
 def submodules() -> list[ModuleType]:
-    return [importlib.import_module(f"memstream.{info.name}") for info in pkgutil.iter_modules(memstream.__path__)
-            if info.name != "__main__"]
+    """Every public module of memstream, in its packages too (index/, models/, ...)."""
+    return [importlib.import_module(info.name) for info in pkgutil.walk_packages(memstream.__path__, "memstream.")
+            if not any(part.startswith("_") for part in info.name.split("."))]
 
 
 def test_all_is_complete() -> None:

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memstream import MemoryNotFound, MemoryStream, Observation, RoleModel, Source, Store, StreamConfig, cli
+from memstream import MemoryNotFound, MemoryStream, Observation, RoleModel, Source, Store, StreamConfig
+from memstream.cli import commands as cli
 from memstream.store import all_migrations
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
 from tests.fakes.openai_server import FakeOpenAIServer

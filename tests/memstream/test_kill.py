@@ -16,12 +16,13 @@ from typing import Any
 
 import pytest
 
-from memstream import MemoryStream, Observation, Source, Store, StreamConfig, cli
+from memstream import MemoryStream, Observation, Source, Store, StreamConfig
+from memstream.cli import commands as cli
 from memstream.testing import FakeEmbedder, ScriptedChat
 from tests.fakes.openai_server import ChatRequest, FakeOpenAIServer
 from tests.memstream.helpers import INSIGHTS, QUESTIONS
+from tests.memstream.index.test_hybrid import assert_in_step
 from tests.memstream.kill_worker import STREAMS, T0, messages, persona
-from tests.memstream.test_hybrid import assert_in_step
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT = 20.0

@@ -13,9 +13,8 @@ import numpy as np
 import psycopg
 import pytest
 
-from memstream import _load
 from memstream.errors import StoreError
-from memstream.store import NewMemory, Store, StreamArrays
+from memstream.store import NewMemory, Store, StreamArrays, _load
 from memstream.store.postgres.grouped import PLAN, GroupReader, copy_sql
 from tests.memstream.helpers import run_sql
 

@@ -15,11 +15,11 @@ import pytest
 
 from memstream.config import StreamConfig
 from memstream.errors import StoreError
+from memstream.index.retriever import rank
+from memstream.index.vectors import StreamVectors
 from memstream.records import Source
-from memstream.retrieve import rank
 from memstream.store import NewMemory, Store
 from memstream.store.postgres.migrate import postgres_migrations
-from memstream.vectors import StreamVectors
 from tests.memstream.helpers import run_sql
 
 T0 = 1_700_000_000.0

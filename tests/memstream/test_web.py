@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from memstream.cli import main, tree_json
+from memstream.cli.commands import main, tree_json
 from memstream.errors import ConfigError, MemoryNotFound
 from memstream.stream import MemoryStream
 from memstream.testing import FakeClock, FakeEmbedder

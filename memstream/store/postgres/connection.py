@@ -11,8 +11,8 @@ import psycopg
 from pgvector.psycopg import register_vector_async
 from psycopg_pool import AsyncConnectionPool
 
+from memstream.config import redact
 from memstream.errors import StoreError, StoreFull, StoreReadOnly
-from memstream.store.location import redact
 
 __all__ = ["POOL_SIZE", "Conn", "connect", "make_pool", "mapped_errors", "open_connection", "store_error"]
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from memstream import _load
+from memstream.store import _load
 
 __all__ = ["PLAN", "Group", "GroupReader", "copy_sql", "split"]
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import psycopg
 
-from memstream import _load
 from memstream.errors import StoreError
+from memstream.store import _load
 from memstream.store.postgres.connection import mapped_errors
 from memstream.store.postgres.grouped import split
 from memstream.store.postgres.reader import plan, read_here, read_parts

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import psycopg
 
+from memstream.config import redact
 from memstream.errors import MigrationError, SchemaTooNew
-from memstream.store.location import redact
 from memstream.store.migrations import Migration, all_migrations, migration_dir
 from memstream.store.postgres.connection import Conn, connect, mapped_errors
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 
-from memstream import _load
+from memstream.store import _load
 from memstream.store.postgres.grouped import PLAN, Group, GroupReader, copy_sql
 
 __all__ = ["plan", "read_here", "read_parts"]

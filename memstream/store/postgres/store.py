@@ -6,8 +6,8 @@ import contextlib
 from pathlib import Path
 from typing import Self
 
+from memstream.config import redact
 from memstream.errors import StoreError
-from memstream.store.location import redact
 from memstream.store.postgres.connection import make_pool
 from memstream.store.postgres.migrate import migrate, postgres_migrations
 from memstream.store.postgres.transfer import Transfer

@@ -1,5 +1,5 @@
 """Loading a stream's ready rows into arrays for retrieval, and their texts for the lexical index, in one read
-(large streams in worker processes: memstream._load), and noticing other connections' writes."""
+(large streams in worker processes: memstream.store._load), and noticing other connections' writes."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterable
 
-from memstream import _load
 from memstream.errors import StoreError
+from memstream.store import _load
 from memstream.store.records import StreamArrays, part_arrays, sink_arrays
 from memstream.store.sqlite import connection
 from memstream.store.sqlite.binding import sqlite_module
@@ -32,7 +32,7 @@ class Loading(Rows):
 
         A file is read by read-only connections off the event loop (they do not hold up this
         connection's writes), straight into preallocated arrays: one copy of the embeddings in memory,
-        never two. A large stream is read by several processes at once (memstream._load).
+        never two. A large stream is read by several processes at once (memstream.store._load).
         """
         dims = await self.get_meta("embedding_dimensions")
         dim = int(dims) if dims else 0

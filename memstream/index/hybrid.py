@@ -1,0 +1,182 @@
+"""The `hybrid` profile's ranking (profiles.py): dense and lexical relevance, recency from creation.
+
+`rank_hybrid` gives the same top k as `rank_hybrid_reference`, the profile computed memory by memory in
+float64. As for `spec` (retrieve.py), a float32 pass over the matrix scores every memory within a bound, and
+the memories that bound cannot separate from the top k, with the extremes the normalization needs, are scored
+again with the reference's own operations. The lexical scores are the reference's already (lexical.py), and
+recency from creation needs no power per memory per query: one cached exponential per row, rescaled.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from memstream.config import StreamConfig
+from memstream.errors import StoreError
+from memstream.index import _kernels as kernels
+from memstream.index import _scan as scan
+from memstream.index.lexical import bm25_reference
+from memstream.index.profiles import min_max
+from memstream.index.retriever import (
+    Ranked,
+    _candidates,
+    _cosine,
+    _norm,
+    _scaled,
+    approximate_cosines,
+    exact_cosines,
+    pow_range,
+    query_norm,
+)
+from memstream.index.vectors import StreamVectors
+from memstream.store.arrays import F64, I64
+
+__all__ = ["rank_hybrid", "rank_hybrid_reference"]
+
+_PROXY_ERROR = 1e-9  # |min-max of the cached exponential - min-max of the reference's pow()|, generously
+
+
+def rank_hybrid_reference(memories: Sequence[tuple[int, float, float, float, Sequence[float], str]],
+                          query: Sequence[float], query_text: str, now: float, config: StreamConfig,
+                          k: int) -> list[int]:
+    """The profile one memory at a time in plain Python: the test oracle.
+
+    `memories` are (id, created, last_accessed, importance, embedding, text); returns the top k ids.
+    """
+    if not memories:
+        return []
+    rec = _norm([config.decay ** (max(now - m[1], 0.0) / 3600.0) for m in memories])
+    imp = _norm([float(m[3]) for m in memories])
+    cos = _norm([_cosine(m[4], query) for m in memories])
+    lex = bm25_reference([m[5] for m in memories], query_text)
+    top, share = max(lex), config.lexical_weight
+    scored = []
+    for i, m in enumerate(memories):
+        relevance = (1.0 - share) * cos[i]
+        if top > 0.0:
+            relevance = relevance + share * (lex[i] / top)
+        score = config.weight_recency * rec[i] + config.weight_importance * imp[i] + config.weight_relevance * relevance
+        scored.append((-score, -m[1], -m[0]))
+    scored.sort()
+    return [-s[2] for s in scored[:k]]
+
+
+def _lexical(vectors: StreamVectors, text: str | None, config: StreamConfig, compiled: bool) -> tuple[F64, float]:
+    """Every row's BM25 score for the query (0 where no term matches) and the largest."""
+    if config.lexical_weight == 0 or config.weight_relevance == 0 or not text:
+        return np.zeros(vectors.n, np.float64), 0.0
+    if vectors.terms is None:
+        raise StoreError("this stream was loaded without its lexical index (VectorIndex(lexical=True))")
+    scores = vectors.terms.score(text, vectors.n, compiled)
+    return scores, float(scores.max()) if scores.size else 0.0
+
+
+def _recency(vectors: StreamVectors, now: float, decay: float) -> tuple[F64, float]:
+    """Every row's min-max recency from creation, and how far it may be from the reference's."""
+    created = vectors.created
+    if decay == 1.0:
+        return np.full(vectors.n, 0.5), 0.0
+    y, t0 = vectors.creation_proxy(decay)
+    if now >= t0:  # decay ** ((now - created) / 3600) = y * decay ** ((now - t0) / 3600): the factor cancels
+        return min_max(y), _PROXY_ERROR
+    return min_max(np.power(decay, np.maximum(now - created, 0.0) / 3600.0)), _PROXY_ERROR
+
+
+def _query_free(vectors: StreamVectors, now: float, config: StreamConfig) -> tuple[F64, float]:
+    """w_rec * recency + w_imp * importance for every row (possibly shared), and its error bound. From the newest
+    creation on, it does not depend on the time of the query: it is computed once per set of rows."""
+    wr, wi = config.weight_recency, config.weight_importance
+
+    def make() -> F64:
+        recency, _ = _recency(vectors, now, config.decay)
+        lim = vectors.limits()
+        out: F64 = wr * recency + wi * _scaled(vectors.importance, lim["imp_min"], lim["imp_max"])
+        return out
+
+    if config.decay != 1.0 and now < float(vectors.created.max()):
+        return make(), wr * _PROXY_ERROR
+    return vectors.memo(("hybrid", config.decay, wr, wi), make), wr * _PROXY_ERROR
+
+
+def rank_hybrid(vectors: StreamVectors, query: npt.NDArray[np.float32], text: str | None, now: float,
+                config: StreamConfig, k: int, *, compiled: bool = False) -> Ranked:
+    """The top k rows of the stream under the `hybrid` profile, exactly rank_hybrid_reference's answer, by
+    kernels.py's loops where `compiled` (the same answer)."""
+    q64 = query.astype(np.float64)
+    q_norm = query_norm(q64)
+    lexical, top = _lexical(vectors, text, config, compiled)
+    share, wl = config.lexical_weight, config.weight_relevance
+    base, slack = _query_free(vectors, now, config)  # (shared: not to be written to)
+    score: F64 | None = None
+    extremes: I64 | None = None
+    if q_norm != 0.0:
+        cos, low, high, error = approximate_cosines(vectors, (q64 / q_norm).astype(np.float32), compiled)
+        if high - low > 4 * error:
+            # up to a constant shared by every row (which cannot change the candidates)
+            cos_scale = wl * (1.0 - share) / (high - low)
+            # each of the cosine, the low and the high is off by at most `error`
+            slack += wl * (1.0 - share) * 4 * error / (high - low - 2 * error)
+            margin = 2 * error
+            lex_scale = wl * share / top if top > 0.0 else 0.0
+            found = _compiled_candidates(cos, base, lexical, cos_scale, lex_scale, 2 * (slack + 1e-12),
+                                         (low + margin, high - margin), k) if compiled else None
+            if found is not None:
+                return _exact(vectors, q64, q_norm, now, config, k, *found, lexical, top)
+            score = np.multiply(cos, cos_scale, dtype=np.float64)
+            score += base
+            extremes = np.flatnonzero((cos <= low + margin) | (cos >= high - margin)).astype(np.int64)
+        else:
+            slack = math.inf
+            extremes = np.arange(vectors.n, dtype=np.int64)
+    if score is None:
+        score = base.copy()
+    if top > 0.0:
+        score += lexical * (wl * share / top)
+    rows = _candidates(score, slack + 1e-12, k) if math.isfinite(slack) else np.arange(vectors.n, dtype=np.int64)
+    return _exact(vectors, q64, q_norm, now, config, k, rows, extremes, lexical, top)
+
+
+def _compiled_candidates(cos: npt.NDArray[np.float32], base: F64, lexical: F64, cos_scale: float, lex_scale: float,
+                         gap: float, cuts: tuple[float, float], k: int) -> tuple[I64, I64] | None:
+    """What the numpy lines after it compute, in one compiled pass (kernels' `candidates`, with the query-free
+    part as its `y` and BM25 as its `importance`): the rows whose score is within `gap` of the k-th best, and
+    those at or beyond `cuts`, which can hold the extreme cosines; None if more than scan.ROOM of either."""
+    loops = kernels.loops()
+    room = min(scan.ROOM, cos.size)
+    best, rows, extremes = np.full(k, -np.inf), np.empty(room, np.int64), np.empty(room, np.int64)
+    count, ext = loops["candidates"](cos, 0, cos.size, base, lexical, 1.0, math.inf, lex_scale, cos_scale, gap,
+                                     *cuts, best, rows, extremes)
+    if count > room or ext > room:
+        return None
+    kept = loops["cut"](cos, rows[:count], base, lexical, 1.0, math.inf, lex_scale, cos_scale, best[0] - gap)
+    return rows[:kept], extremes[:ext]
+
+
+def _exact(vectors: StreamVectors, query: F64, q_norm: float, now: float, config: StreamConfig, k: int, rows: I64,
+           extremes: I64 | None, lexical: F64, top: float) -> Ranked:
+    """The candidates scored by the reference's operations, then sorted by its rule."""
+    if extremes is None:  # a zero query: every cosine is 0
+        cos, c_lo, c_hi = np.zeros(rows.size), 0.0, 0.0
+    else:
+        exact = exact_cosines(vectors, np.concatenate([rows, extremes]), query, q_norm)
+        cos = exact[: rows.size]
+        c_lo, c_hi = float(exact.min()), float(exact.max())
+    created = vectors.created
+    decay = config.decay
+    r_lo, r_hi = pow_range(created, float(created.min()), float(created.max()), now, decay)
+    raw = np.array([decay ** (max(now - at, 0.0) / 3600.0) for at in created[rows].tolist()])
+    recency = _scaled(raw, r_lo, r_hi)
+    lim = vectors.limits()
+    importance = _scaled(vectors.importance[rows], lim["imp_min"], lim["imp_max"])
+    share = config.lexical_weight
+    relevance = (1.0 - share) * _scaled(cos, c_lo, c_hi)
+    if top > 0.0:
+        relevance = relevance + share * (lexical[rows] / top)
+    score = (config.weight_recency * recency + config.weight_importance * importance
+             + config.weight_relevance * relevance)
+    order = np.lexsort((-vectors.ids[rows], -created[rows], -score))[:k]
+    return Ranked(rows[order], score[order], recency[order], importance[order], relevance[order], cos[order])

@@ -1,0 +1,528 @@
+"""In-memory float32 matrices, one per stream, loaded from the store and kept in step with it.
+
+The store stays the source of truth: every write goes to SQLite first, then here. Rows are kept exactly as
+stored (float32, not renormalized) with their inverse norms beside them, so scoring here can be checked
+bit for bit against the reference computed from the store. The matrix lives in blocks that never move once
+written: appending never copies it, and a loaded stream costs one copy of its embeddings, not two (and, for a
+stream large enough and within its budget, the half-size copy pass 1 reads: screen.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from bisect import bisect_right
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from memstream.index import _kernels as kernels
+from memstream.index import _pages as pages
+from memstream.index.lexical import StreamTerms
+from memstream.index.screen import Screen
+from memstream.store import Store, StreamArrays
+from memstream.store.arrays import F32, F64, I64, inverse_norms, large_empty
+
+__all__ = ["StreamVectors", "VectorIndex"]
+
+_MIN_BLOCK = 256
+_CHUNK = 8192
+# Rows whose norm is outside this range could underflow or overflow in float32 arithmetic: a stream that
+# holds one is scored without trusting its float32 cosines (see retrieve.rank).
+_NORM_RANGE = (2.0**-60, 2.0**60)
+# Above this exponent, exp() in the recency proxy is rebased so that it cannot overflow.
+_REBASE_EXPONENT = 500.0
+# A stream this large makes the compiled retrieval loops worth loading (kernels.warm).
+_WARM_ROWS = 20_000
+# From this many rows on, pass 1 reads the stream's screen (screen.py): half the bytes, half again the memory;
+# up to this many bytes of it (StreamConfig.screen_mb), beyond which pass 1 reads the float32 rows.
+SCREEN_ROWS = 4096
+SCREEN_BYTES = 256 << 20
+
+
+class StreamVectors:
+    """The ready memories of one stream, column-wise: raw float32 rows in blocks, and per-row columns.
+
+    Not thread-safe: VectorIndex serializes scoring and writes per stream.
+    """
+
+    def __init__(self, arrays: StreamArrays | None = None, *, copy: bool = True,
+                 screen_rows: int = SCREEN_ROWS, screen_bytes: int = SCREEN_BYTES) -> None:
+        self.n = 0
+        self.screen_rows, self.screen_bytes = screen_rows, screen_bytes
+        self._screen: Screen | None = None
+        self.terms: StreamTerms | None = None  # the lexical index, when the profile uses one (index_texts)
+        self._yc: tuple[float, F64, float] | None = None
+        self._memo: dict[object, F64] = {}
+        self.dim = 0
+        self._blocks: list[F32] = []
+        self._starts: list[int] = []
+        self._ids: I64 = np.zeros(64, np.int64)
+        self._imp: F64 = np.zeros(64, np.float64)
+        self._last: F64 = np.zeros(64, np.float64)
+        self._created: F64 = np.zeros(64, np.float64)
+        self._inv: F32 = np.zeros(64, np.float32)
+        self._y: F64 | None = None
+        self._decay = 1.0
+        self._t0 = 0.0
+        self._lam = 0.0
+        self._limits: dict[str, float] | None = None
+        self._odd = 0
+        if arrays is not None and len(arrays.ids):
+            self._adopt(arrays, copy)
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    @property
+    def ids(self) -> I64:
+        """Memory ids, row by row."""
+        return self._ids[: self.n]
+
+    @property
+    def embeddings(self) -> F32:
+        """The rows as stored (a copy when the matrix spans several blocks)."""
+        views = [view for _, view in self.blocks()]
+        if len(views) == 1:
+            return views[0]
+        return np.concatenate(views) if views else np.zeros((0, self.dim), np.float32)
+
+    @property
+    def importance(self) -> F64:
+        """Importance 1..10, row by row."""
+        return self._imp[: self.n]
+
+    @property
+    def last_accessed(self) -> F64:
+        """Last access, seconds since the epoch."""
+        return self._last[: self.n]
+
+    @property
+    def created(self) -> F64:
+        """Creation time, seconds since the epoch."""
+        return self._created[: self.n]
+
+    @property
+    def inverse_norms(self) -> F32:
+        """1 / the Euclidean norm of each row (0 for a zero row)."""
+        return self._inv[: self.n]
+
+    @property
+    def trusted(self) -> bool:
+        """Whether every row's norm is in the range where float32 scoring has a known error bound."""
+        return self._odd == 0
+
+    def blocks(self) -> Iterator[tuple[int, F32]]:
+        """(first row, view of the filled rows) for each block, in row order."""
+        for start, block in zip(self._starts, self._blocks, strict=True):
+            if start >= self.n:
+                return
+            yield start, block[: min(len(block), self.n - start)]
+
+    def screen(self) -> Screen | None:
+        """The rows at half the bytes, for pass 1 (screen.py), built on first use and kept in step with every
+        write from then on; None for a stream of fewer than `screen_rows` rows, one whose screen would take more
+        than `screen_bytes`, or without the compiled loops."""
+        if self._screen is None and self.n >= max(1, self.screen_rows) and self._screen_fits() and kernels.ready():
+            screen = Screen(self.dim, self._starts, [len(block) for block in self._blocks])
+            screen.fill(list(self.blocks()))
+            self._screen = screen
+            pages.collapse_in_background(screen)
+        return self._screen
+
+    def _screen_fits(self) -> bool:
+        return self.n * self.dim * 2 <= self.screen_bytes
+
+    def gather(self, rows: npt.ArrayLike) -> F32:
+        """The stored rows at these row numbers, as one (m, dim) matrix."""
+        index = np.asarray(rows, dtype=np.int64).reshape(-1)
+        if len(self._blocks) == 1:
+            found: F32 = self._blocks[0][index]
+            return found
+        out = np.empty((index.size, self.dim), np.float32)
+        which = np.searchsorted(np.asarray(self._starts, dtype=np.int64), index, side="right") - 1
+        for b in np.unique(which).tolist():
+            mask = which == b
+            out[mask] = self._blocks[b][index[mask] - self._starts[b]]
+        return out
+
+    def rows_of(self, ids: Sequence[int], hint: Sequence[int] | None = None) -> I64:
+        """Row numbers of these memory ids (those held here); `hint` is a guess checked before searching."""
+        wanted = [int(i) for i in ids]
+        if hint is not None and len(hint) == len(wanted):
+            rows = np.asarray(hint, dtype=np.int64)
+            if rows.size == 0 or (rows.max() < self.n and np.array_equal(self._ids[rows], wanted)):
+                return rows
+        if not wanted:
+            return np.zeros(0, np.int64)
+        return np.flatnonzero(np.isin(self.ids, np.asarray(wanted, dtype=np.int64))).astype(np.int64)
+
+    def limits(self) -> dict[str, float]:
+        """Smallest and largest last access and importance (cached, kept up to date by writes)."""
+        if self._limits is None:
+            last, imp = self.last_accessed, self.importance
+            self._limits = {"last_min": float(last.min()), "last_max": float(last.max()),
+                            "imp_min": float(imp.min()), "imp_max": float(imp.max())}
+        return self._limits
+
+    def recency_proxy(self, decay: float) -> tuple[F64, float]:
+        """(y, t0) with y = decay ** ((last_accessed - t0) / 3600) for every row.
+
+        Recency for a query at `now` is y * decay ** ((t0 - now) / 3600): one factor shared by all rows,
+        which min-max normalization cancels, so no per-memory power is computed per query.
+        """
+        if self._y is None or decay != self._decay:
+            self._decay = decay
+            self._lam = -math.log(decay) / 3600.0
+            self._rebase()
+        assert self._y is not None
+        return self._y[: self.n], self._t0
+
+    # -- writing -----------------------------------------------------------------------------------
+
+    def index_texts(self, ids: Sequence[int], texts: Sequence[str]) -> None:
+        """Start the lexical index from the texts of every row's memory (given by id, in any order)."""
+        by_id = dict(zip([int(i) for i in ids], texts, strict=True))
+        terms = StreamTerms()
+        for row, memory_id in enumerate(self.ids.tolist()):
+            terms.add(row, [by_id.get(memory_id, "")])
+        self.terms = terms
+
+    def memo(self, key: object, make: Callable[[], F64]) -> F64:
+        """A per-row array computed from the rows' creation times and importance only (kept until rows are
+        added or removed; last access and embeddings may change meanwhile)."""
+        found = self._memo.get(key)
+        if found is None or len(found) != self.n:
+            found = self._memo[key] = make()
+        return found
+
+    def creation_proxy(self, decay: float) -> tuple[F64, float]:
+        """(y, t0) with y = decay ** ((created - t0) / 3600) for every row, t0 the newest creation: recency
+        from creation at any `now` >= t0 is y times one shared factor (see recency_proxy)."""
+        if self._yc is None or self._yc[0] != decay:
+            created = self.created
+            t0 = float(created.max()) if self.n else 0.0
+            self._yc = (decay, np.exp(-math.log(decay) / 3600.0 * (created - t0)), t0)
+        return self._yc[1], self._yc[2]
+
+    def append(self, ids: Sequence[int] | I64, embeddings: npt.ArrayLike, importance: npt.ArrayLike,
+               last_accessed: npt.ArrayLike, created: npt.ArrayLike, texts: Sequence[str] | None = None) -> None:
+        """Add rows (stored as given, in float32); `texts` feed the lexical index, if there is one."""
+        matrix = np.asarray(embeddings, dtype=np.float32)
+        if matrix.ndim == 1:
+            matrix = matrix.reshape(1, -1)
+        count = len(ids)
+        if count == 0:
+            return
+        if matrix.shape[0] != count:
+            raise ValueError(f"{count} ids but {matrix.shape[0]} embeddings")
+        if self.dim == 0 and self.n == 0:
+            self.dim = matrix.shape[1]
+            self._blocks, self._starts, self._screen = [], [], None
+        if matrix.shape[1] != self.dim:
+            raise ValueError(f"embeddings of {matrix.shape[1]} dimensions in a matrix of {self.dim}")
+        start = self.n
+        self._reserve(count)
+        self._write_rows(start, matrix)
+        end = start + count
+        self._ids[start:end] = ids
+        self._imp[start:end] = importance
+        self._last[start:end] = last_accessed
+        self._created[start:end] = created
+        self._inv[start:end] = inverse_norms(matrix)
+        self._odd += self._count_odd(self._inv[start:end])
+        self.n = end
+        if self._screen is not None and not self._screen_fits():
+            self._screen = None  # grown past its budget: pass 1 reads the float32 rows from now on
+        self._widen_limits(start, end)
+        if self._y is not None:
+            self._set_y(np.arange(start, end))
+        self._yc = None
+        self._memo.clear()
+        if self.terms is not None:
+            if texts is None:
+                raise ValueError("this stream has a lexical index: rows need their texts")
+            self.terms.add(start, texts)
+
+    def touch(self, ids: Sequence[int], at: float, rows: Sequence[int] | None = None) -> None:
+        """Set last access of these memories (`rows`, if given, is a hint for where they are)."""
+        found = self.rows_of(ids, rows)
+        if found.size == 0:
+            return
+        lim = self._limits
+        if lim is not None and bool((self._last[found] == lim["last_min"]).any()):
+            self._limits = None
+        self._last[found] = at
+        if self._limits is not None:
+            self._limits["last_min"] = min(self._limits["last_min"], at)
+            self._limits["last_max"] = max(self._limits["last_max"], at)
+        if self._y is not None:
+            self._set_y(found)
+
+    def update(self, memory_id: int, embedding: npt.ArrayLike, text: str | None = None) -> None:
+        """Replace one memory's embedding (and its text in the lexical index)."""
+        found = self.rows_of([memory_id])
+        if found.size == 0:
+            return
+        row = int(found[0])
+        vector = np.asarray(embedding, dtype=np.float32).reshape(1, -1)
+        self._odd -= self._count_odd(self._inv[row:row + 1])
+        self._write_rows(row, vector)
+        self._inv[row] = inverse_norms(vector)[0]
+        self._odd += self._count_odd(self._inv[row:row + 1])
+        if self.terms is not None:
+            if text is None:
+                raise ValueError("this stream has a lexical index: an edit needs the new text")
+            self.terms.replace(row, text)
+
+    def remove(self, ids: Sequence[int]) -> None:
+        """Drop rows: each hole is filled with the last row, so a removal costs O(rows removed)."""
+        found = np.sort(self.rows_of(ids))[::-1]
+        if found.size == 0:
+            return
+        self._odd -= self._count_odd(self._inv[found])
+        for row in found.tolist():
+            last = self.n - 1
+            if self.terms is not None:
+                self.terms.remove(row)
+                if row != last:
+                    self.terms.move(last, row)
+            if row != last:
+                self._write_rows(row, self.gather([last]))
+                for column in (self._ids, self._imp, self._last, self._created, self._inv):
+                    column[row] = column[last]
+                if self._y is not None:
+                    self._y[row] = self._y[last]
+            self.n = last
+        if self._screen is not None:
+            self._screen.truncate(self.n)
+        while len(self._blocks) > 1 and self._starts[-1] >= self.n:
+            self._blocks.pop()
+            self._starts.pop()
+            if self._screen is not None:
+                self._screen.drop_block()
+        self._limits = None
+        self._yc = None
+        self._memo.clear()
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _adopt(self, arrays: StreamArrays, copy: bool) -> None:
+        if copy:
+            blocks = [np.array(arrays.matrix(), dtype=np.float32, order="C")]
+        else:
+            blocks = [np.ascontiguousarray(block, dtype=np.float32) for block in arrays.blocks()]
+        n = len(arrays.ids)
+        if sum(len(b) for b in blocks) != n:
+            raise ValueError(f"{n} ids but {sum(len(b) for b in blocks)} embeddings")
+        self.dim = blocks[0].shape[1]
+        self._blocks, self._starts = blocks, [0, *np.cumsum([len(b) for b in blocks[:-1]]).tolist()]
+        self._screen = None
+        cap = max(n, 64)
+        self._ids = np.zeros(cap, np.int64)
+        self._imp, self._last, self._created = (np.zeros(cap, np.float64) for _ in range(3))
+        self._inv = np.zeros(cap, np.float32)
+        self._ids[:n] = arrays.ids
+        self._imp[:n] = arrays.importance
+        self._last[:n] = arrays.last_accessed
+        self._created[:n] = arrays.created
+        if arrays.inverse_norms is not None and not copy:
+            self._inv[:n] = arrays.inverse_norms
+        else:
+            for first, block in zip(self._starts, blocks, strict=True):
+                for start in range(0, len(block), _CHUNK):
+                    end = min(len(block), start + _CHUNK)
+                    self._inv[first + start:first + end] = inverse_norms(block[start:end])
+        self._odd = self._count_odd(self._inv[:n])
+        self.n = n
+
+    @staticmethod
+    def _count_odd(inv: F32) -> int:
+        low, high = _NORM_RANGE
+        nonzero = inv[inv != 0.0]
+        bad = ~np.isfinite(nonzero) | (nonzero < 1.0 / high) | (nonzero > 1.0 / low)
+        return int(bad.sum())
+
+    def _capacity(self) -> int:
+        return self._starts[-1] + len(self._blocks[-1]) if self._blocks else 0
+
+    def _reserve(self, extra: int) -> None:
+        needed = self.n + extra
+        if needed > len(self._ids):
+            cap = max(needed, 2 * len(self._ids))
+            for name in ("_ids", "_imp", "_last", "_created", "_inv"):
+                old = getattr(self, name)
+                new = np.zeros(cap, old.dtype)
+                new[: self.n] = old[: self.n]
+                setattr(self, name, new)
+            if self._y is not None:
+                y = np.zeros(cap, np.float64)
+                y[: self.n] = self._y[: self.n]
+                self._y = y
+        if needed > self._capacity():
+            # A new block of about a quarter of the rows so far: few blocks, no copy, and untouched
+            # pages of the spare room are not resident.
+            size = max(_MIN_BLOCK, needed - self._capacity(), self.n // 4)
+            if self._screen is not None:
+                self._screen.add_block(self._capacity(), size)
+            self._starts.append(self._capacity())
+            self._blocks.append(large_empty((size, self.dim)))
+
+    def _write_rows(self, start: int, matrix: F32) -> None:
+        done = 0
+        while done < len(matrix):
+            b = bisect_right(self._starts, start + done) - 1
+            block, offset = self._blocks[b], start + done - self._starts[b]
+            take = min(len(block) - offset, len(matrix) - done)
+            block[offset:offset + take] = matrix[done:done + take]
+            done += take
+        if self._screen is not None:
+            self._screen.write(start, matrix)
+
+    def _widen_limits(self, start: int, end: int) -> None:
+        if self._limits is None or start == 0:
+            self._limits = None
+            return
+        last, imp = self._last[start:end], self._imp[start:end]
+        lim = self._limits
+        lim["last_min"] = min(lim["last_min"], float(last.min()))
+        lim["last_max"] = max(lim["last_max"], float(last.max()))
+        lim["imp_min"] = min(lim["imp_min"], float(imp.min()))
+        lim["imp_max"] = max(lim["imp_max"], float(imp.max()))
+
+    def _rebase(self) -> None:
+        self._t0 = float(self._last[: self.n].max()) if self.n else 0.0
+        y = np.zeros(len(self._ids), np.float64)
+        np.exp(self._lam * (self._last[: self.n] - self._t0), out=y[: self.n])
+        self._y = y
+
+    def _set_y(self, rows: npt.NDArray[np.int64]) -> None:
+        assert self._y is not None
+        exponent = self._lam * (self._last[rows] - self._t0)
+        if exponent.size and float(exponent.max()) > _REBASE_EXPONENT:
+            self._rebase()
+        else:
+            self._y[rows] = np.exp(exponent)
+
+
+Op = Callable[[StreamVectors], None]
+
+
+class VectorIndex:
+    """The per-stream matrices of one store, loaded on first use and kept in step with its writes.
+
+    Scoring (`locked`) and writes to one stream take turns. Writes that arrive while a stream is being
+    loaded are kept and replayed on the loaded matrix (each is idempotent), so none is lost to the race
+    between the load's snapshot and the write.
+    """
+
+    def __init__(self, store: Store, *, lexical: bool = False, screen_bytes: int = SCREEN_BYTES) -> None:
+        self.store = store
+        self.lexical = lexical  # keep a lexical index of each stream beside its matrix
+        self.screen_bytes = screen_bytes  # for each stream's screen (StreamVectors.screen)
+        self._streams: dict[str, StreamVectors] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._loading: dict[str, asyncio.Task[StreamVectors]] = {}
+        self._journals: dict[str, list[Op]] = {}
+        self._generation: dict[str, int] = {}
+
+    async def get(self, stream: str) -> StreamVectors:
+        """The matrix of a stream, loading it from the store the first time, and again after another
+        process wrote to the file (memories added, forgotten or edited elsewhere are seen at once)."""
+        held = [*self._streams, *self._loading]
+        for changed in await self.store.changed_elsewhere(held):  # (tracked from the first query on)
+            self.drop(changed)
+        found = self._streams.get(stream)
+        if found is not None:
+            return found
+        task = self._loading.get(stream)
+        if task is None:
+            self._journals[stream] = []
+            task = asyncio.ensure_future(self._load(stream))
+            self._loading[stream] = task
+        return await asyncio.shield(task)
+
+    async def _load(self, stream: str) -> StreamVectors:
+        generation = self._generation.get(stream, 0)
+        try:
+            arrays = await self.store.load_stream(stream, texts=self.lexical)
+            vectors = await asyncio.to_thread(StreamVectors, arrays, copy=False, screen_bytes=self.screen_bytes)
+            pages.collapse_in_background(vectors)
+            if self.lexical:
+                await asyncio.to_thread(vectors.index_texts, arrays.ids.tolist(), arrays.texts or [])
+            for op in self._journals.get(stream, []):
+                op(vectors)
+            if self._generation.get(stream, 0) == generation:
+                self._streams[stream] = vectors
+            return vectors
+        finally:
+            self._loading.pop(stream, None)
+            self._journals.pop(stream, None)
+
+    @contextlib.asynccontextmanager
+    async def locked(self, stream: str) -> AsyncIterator[StreamVectors]:
+        """The matrix of a stream, with no write to it until the block ends."""
+        vectors = await self.get(stream)
+        async with self._lock(stream):
+            current = self._streams.get(stream, vectors)
+            try:
+                yield current
+            finally:
+                if current.n >= _WARM_ROWS:
+                    # After the first query, not before it: loading the loops holds the GIL for a while.
+                    kernels.warm(background=True)
+
+    def loaded(self, stream: str) -> StreamVectors | None:
+        """The matrix if loaded (writes to unloaded streams need not touch memory)."""
+        return self._streams.get(stream)
+
+    def _lock(self, stream: str) -> asyncio.Lock:
+        return self._locks.setdefault(stream, asyncio.Lock())
+
+    async def _apply(self, stream: str, op: Op, replay: Op | None = None) -> None:
+        """Apply a write to the loaded matrix, or keep it (`replay`, if given) for the load in progress."""
+        if stream in self._journals:
+            self._journals[stream].append(replay or op)
+        if stream in self._streams:
+            async with self._lock(stream):
+                vectors = self._streams.get(stream)
+                if vectors is not None:
+                    op(vectors)
+
+    async def append(self, stream: str, ids: Sequence[int], embeddings: npt.ArrayLike,
+                     importance: Sequence[float], created: Sequence[float], texts: Sequence[str]) -> None:
+        """New ready memories (their last access is their creation time)."""
+        id_list = np.asarray([int(i) for i in ids], dtype=np.int64)
+        words = list(texts)
+        matrix = np.asarray(embeddings, dtype=np.float32).reshape(len(id_list), -1)
+        weights, when = np.asarray(importance, dtype=np.float64), np.asarray(created, dtype=np.float64)
+
+        def op(vectors: StreamVectors) -> None:  # a memory becomes ready once: no check needed live
+            vectors.append(id_list, matrix, weights, when, when, words)
+
+        def replay(vectors: StreamVectors) -> None:  # the load's snapshot may hold it already
+            fresh = ~np.isin(id_list, vectors.ids)
+            if fresh.any():
+                vectors.append(id_list[fresh], matrix[fresh], weights[fresh], when[fresh], when[fresh],
+                               [w for w, f in zip(words, fresh.tolist(), strict=True) if f])
+
+        await self._apply(stream, op, replay)
+
+    async def touch(self, stream: str, ids: Sequence[int], at: float, rows: Sequence[int] | None = None) -> None:
+        """Set last access of these memories."""
+        await self._apply(stream, lambda vectors: vectors.touch(ids, at, rows))
+
+    async def update(self, stream: str, memory_id: int, embedding: npt.ArrayLike, text: str) -> None:
+        """Replace one memory's embedding and text."""
+        await self._apply(stream, lambda vectors: vectors.update(memory_id, embedding, text))
+
+    async def remove(self, ids: Sequence[int]) -> None:
+        """Drop memories from whichever stream holds them."""
+        for stream in sorted(set(self._streams) | set(self._journals)):
+            await self._apply(stream, lambda vectors: vectors.remove(ids))
+
+    def drop(self, stream: str) -> None:
+        """Forget the matrix of a stream (a load in progress is not kept)."""
+        self._streams.pop(stream, None)
+        self._generation[stream] = self._generation.get(stream, 0) + 1

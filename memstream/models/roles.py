@@ -1,0 +1,116 @@
+"""The model roles (rater, reflector, agent, embedding) behind one metered door."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from memstream.errors import EmbeddingError, ProviderError
+from memstream.models.embed import Embedder, RetryMeter, TokenMeter, normalize_rows
+from memstream.models.llm import ChatModel
+from memstream.store import Store
+
+__all__ = ["ROLES", "Models", "RoleModel"]
+
+log = logging.getLogger("memstream.models.roles")
+ROLES = ("rater", "reflector", "agent")
+UsageRow = tuple[str, str, int, int, int, int, int]  # stream, role, calls, failures, prompt, completion, retries
+_deferred: ContextVar[bool] = ContextVar("memstream_deferred_usage", default=False)
+
+
+@dataclass(frozen=True)
+class RoleModel:
+    """A chat model and the model name to ask it for."""
+
+    chat: ChatModel
+    model: str
+
+
+class Models:
+    """Calls the models of each role and counts calls, failures and tokens per stream in the store."""
+
+    def __init__(self, store: Store, embedder: Embedder, *, rater: RoleModel, reflector: RoleModel,
+                 agent: RoleModel) -> None:
+        self.store, self.embedder = store, embedder
+        self.roles = {"rater": rater, "reflector": reflector, "agent": agent}
+        self._usage: dict[tuple[str, str], list[int]] = {}
+
+    async def complete(self, role: str, prompt: str, *, stream: str) -> str:
+        """Ask the model of `role`; ProviderError on failure (counted)."""
+        target = self.roles[role]
+        try:
+            result = await target.chat.complete(prompt, model=target.model)
+        except ProviderError:
+            await self._count(stream, role, failures=1)
+            raise
+        await self._count(stream, role, prompt_tokens=result.prompt_tokens,
+                          completion_tokens=result.completion_tokens, retries=result.retries)
+        return result.text
+
+    # -- usage -------------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def deferred_usage(self) -> Iterator[None]:
+        """Inside this block (this task and the tasks it starts) calls are counted in memory only: a write
+        takes them with `take_usage` into its own transaction, and `flush_usage` writes the rest.
+
+        A burst of thousands of observations then costs one usage write per batch, not one per call.
+        """
+        token = _deferred.set(True)
+        try:
+            yield
+        finally:
+            _deferred.reset(token)
+
+    async def _count(self, stream: str, role: str, *, failures: int = 0, prompt_tokens: int = 0,
+                     completion_tokens: int = 0, retries: int = 0) -> None:
+        row = self._usage.setdefault((stream, role), [0, 0, 0, 0, 0])
+        for i, value in enumerate((1, failures, prompt_tokens, completion_tokens, retries)):
+            row[i] += value
+        if not _deferred.get():
+            await self.flush_usage()
+
+    def take_usage(self) -> list[UsageRow]:
+        """The calls counted and not yet written (they are then the caller's to write)."""
+        rows = [(stream, role, c[0], c[1], c[2], c[3], c[4]) for (stream, role), c in self._usage.items()]
+        self._usage = {}
+        return rows
+
+    def restore_usage(self, rows: Sequence[UsageRow]) -> None:
+        """Put back counts taken by a write that failed."""
+        for stream, role, *counts in rows:
+            row = self._usage.setdefault((stream, role), [0, 0, 0, 0, 0])
+            for i, value in enumerate(counts):
+                row[i] += value
+
+    async def flush_usage(self) -> None:
+        """Write every count not yet written."""
+        rows = self.take_usage()
+        try:
+            await self.store.record_usage_many(rows)
+        except BaseException:
+            self.restore_usage(rows)
+            raise
+
+    async def embed(self, texts: Sequence[str], *, stream: str) -> npt.NDArray[np.float32]:
+        """Unit-length embeddings for `texts`, in one call to the embedder."""
+        try:
+            vectors = await self.embedder.embed_batch(list(texts))
+        except ProviderError:
+            await self._count(stream, "embedding", failures=1)
+            raise
+        tokens = self.embedder.take_tokens() if isinstance(self.embedder, TokenMeter) else 0
+        retries = self.embedder.take_retries() if isinstance(self.embedder, RetryMeter) else 0
+        await self._count(stream, "embedding", prompt_tokens=tokens, retries=retries)
+        matrix = np.asarray(vectors, dtype=np.float32)
+        if matrix.ndim != 2 or matrix.shape[0] != len(texts) or matrix.shape[1] == 0:
+            raise EmbeddingError(f"the embedder returned shape {matrix.shape} for {len(texts)} texts")
+        if not np.isfinite(matrix).all():
+            raise EmbeddingError("the embedder returned NaN or infinite values")
+        return normalize_rows(matrix)

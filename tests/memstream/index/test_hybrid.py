@@ -1,0 +1,206 @@
+"""The `hybrid` profile: its ranking is exactly the plain-Python reference's, and its lexical index stays in step
+with every insert, edit, deletion and purge, leaving no word of a forgotten memory in memory or on disk."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memstream import MemoryStream, Observation, RoleModel, Source, Store, StreamConfig
+from memstream.clock import to_timestamp
+from memstream.index import _kernels as kernels
+from memstream.index.hybrid import rank_hybrid_reference
+from memstream.index.lexical import STOP_WORDS, StreamTerms, bm25_reference, terms
+from memstream.index.retriever import rank
+from memstream.index.vectors import SCREEN_ROWS, StreamVectors, VectorIndex
+from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
+from tests.memstream.test_privacy import leftovers
+
+HYBRID = StreamConfig.for_profile("hybrid")
+WORDS = ["colour", "colours", "ultraviolet", "party", "cafe", "tonight", "paint", "painting", "sunrise", "said",
+         "the", "a", "of", "and", "I", "Klaus", "Maria"]
+STREAM = "guild:1"
+SECRET = "ZQXVultraviolet7"
+
+
+def _text(draw: st.DrawFn) -> str:
+    return " ".join(draw(st.lists(st.sampled_from(WORDS), max_size=8)))
+
+
+@st.composite
+def streams(draw: st.DrawFn) -> tuple[list[tuple[int, float, float, float, list[float], str]], list[float], str,
+                                       float, StreamConfig, int]:
+    n = draw(st.integers(1, 14))
+    dim = draw(st.integers(2, 5))
+    vector = st.lists(st.sampled_from([-1.0, -0.5, 0.0, 0.25, 0.5, 1.0, 2.0]), min_size=dim, max_size=dim)
+    shared = draw(vector)  # some memories share an embedding, a time or a text: ties
+    memories = []
+    for memory_id in draw(st.lists(st.integers(1, 10**6), min_size=n, max_size=n, unique=True)):
+        created = draw(st.sampled_from([0.0, 3600.0, 7200.5])) + draw(st.integers(0, 3000)) * 3600.0
+        embedding = shared if draw(st.booleans()) else draw(vector)
+        memories.append((memory_id, created, created, float(draw(st.integers(1, 10))), embedding, _text(draw)))
+    query = draw(vector)
+    text = draw(st.sampled_from(["", "the a of and", "ultraviolet", "said"])) if draw(st.booleans()) else _text(draw)
+    now = max(m[1] for m in memories) + draw(st.integers(-100, 100)) * 3600.0
+    weight = st.sampled_from([0.0, 0.05, 0.2, 1.0, 2.5])
+    config = StreamConfig.for_profile(
+        "hybrid", weight_recency=draw(weight), weight_importance=draw(weight), weight_relevance=draw(weight),
+        lexical_weight=draw(st.sampled_from([0.0, 0.4, 1.0])), decay=draw(st.sampled_from([0.99, 0.995, 1.0])))
+    return memories, query, text, now, config, draw(st.integers(1, n + 2))
+
+
+def _vectors(memories: list[tuple[int, float, float, float, list[float], str]],
+             screen_rows: int = SCREEN_ROWS) -> StreamVectors:
+    vectors = StreamVectors(screen_rows=screen_rows)
+    vectors.terms = StreamTerms()
+    vectors.append([m[0] for m in memories], np.array([m[4] for m in memories], dtype=np.float32),
+                   [m[3] for m in memories], [m[2] for m in memories], [m[1] for m in memories],
+                   [m[5] for m in memories])
+    return vectors
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(streams())
+def test_hybrid_rank_is_exactly_the_references(case: tuple[list[tuple[int, float, float, float, list[float], str]],
+                                                           list[float], str, float, StreamConfig, int]) -> None:
+    memories, query, text, now, config, k = case
+    kernels.warm()  # (the screen is read by the compiled pass only)
+    expected = rank_hybrid_reference(memories, query, text, now, config, k)
+    for screen_rows, compiled in ((SCREEN_ROWS, False), (SCREEN_ROWS, True), (0, True)):
+        vectors = _vectors(memories, screen_rows)  # screen_rows 0: pass 1 reads the int16 screen (screen.py)
+        ranked = rank(vectors, np.array(query, dtype=np.float32), now, config, k, text=text, compiled=compiled)
+        assert [int(vectors.ids[row]) for row in ranked.rows] == expected, f"{screen_rows=} {compiled=}"
+        assert (vectors._screen is not None) == (screen_rows == 0 and bool(np.any(np.float32(query))))
+
+
+def test_one_memory_and_no_lexical_match_and_stop_words_only() -> None:
+    one = [(7, 0.0, 0.0, 5.0, [1.0, 0.0], "Klaus said hi")]
+    assert [int(r) for r in rank(_vectors(one), np.array([1.0, 0.0], np.float32), 10.0, HYBRID, 5, text="x").rows] \
+        == [0]
+    rng = random.Random(5)
+    memories = [(i, i * 60.0, i * 60.0, 5.0, [rng.gauss(0, 1) for _ in range(4)], f"note {i} about tea")
+                for i in range(1, 40)]
+    vectors = _vectors(memories)
+    query = np.array([0.3, -0.2, 0.9, 0.1], np.float32)
+    dense = rank(vectors, query, 3600.0, HYBRID, 5, text=None).rows.tolist()
+    for text in ("the of and I", "nothing matches zebra", ""):  # lexical is 0 for all: the dense ranking
+        assert rank(vectors, query, 3600.0, HYBRID, 5, text=text).rows.tolist() == dense
+
+
+def test_a_term_in_half_the_stream_or_more_weighs_nothing_and_is_not_read() -> None:
+    index = StreamTerms()
+    index.add(0, [f"Klaus said thing{i}" for i in range(10)] + ["Maria wrote"])
+    assert not index.score("said", 11).any()
+    assert {"the", "and", "i"} <= STOP_WORDS and terms("The cafe AND the paintings, I said") == ["cafe", "painting",
+                                                                                                   "said"]
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(st.lists(st.tuples(st.sampled_from(["add", "remove", "edit"]), st.integers(0, 50), st.integers(0, 10**6)),
+                max_size=40), st.lists(st.sampled_from(WORDS), max_size=4))
+def test_the_index_equals_a_rebuild_after_any_writes(ops: list[tuple[str, int, int]], query: list[str]) -> None:
+    rng = random.Random(len(ops))
+    vectors = StreamVectors()
+    vectors.terms = StreamTerms()
+    texts: dict[int, str] = {}
+    next_id = 1
+    for op, pick, seed in ops:
+        words = " ".join(random.Random(seed).choices(WORDS, k=seed % 7))
+        if op == "add" or not texts:
+            vectors.append([next_id], np.ones((1, 3), np.float32), [5.0], [0.0], [0.0], [words])
+            texts[next_id] = words
+            next_id += 1
+        elif op == "remove":
+            gone = sorted(texts)[pick % len(texts)]
+            vectors.remove([gone])
+            del texts[gone]
+        else:
+            edited = sorted(texts)[pick % len(texts)]
+            vectors.update(edited, np.ones(3, np.float32), words)
+            texts[edited] = words
+    rng.shuffle(query)
+    q = " ".join(query)
+    assert vectors.terms is not None
+    ids = vectors.ids.tolist()
+    reference = bm25_reference([texts[i] for i in ids], q)
+    for compiled in (True, False):  # kernels.py's loop and numpy: the reference's floats, both
+        scores = vectors.terms.score(q, vectors.n, compiled=compiled)
+        got = {int(vectors.ids[r]): float(scores[r]) for r in np.flatnonzero(scores)}
+        assert {i: s for i, s in zip(ids, reference, strict=True) if s} == got, f"compiled={compiled}"
+
+
+# -- in a memory stream on a file ------------------------------------------------------------------
+
+
+@pytest.fixture
+async def hybrid(tmp_path: Path, clock: FakeClock) -> AsyncIterator[MemoryStream]:
+    store = await Store.open(tmp_path / "persona.db")
+    role = RoleModel(ScriptedChat(default="5"), "r")
+    stream = MemoryStream(store, FakeEmbedder(), rater=role, reflector=role, agent=role, name="Isabella",
+                          summary="Runs a cafe.", clock=clock, config=HYBRID, auto_reflect=False)
+    yield stream
+    await stream.close()
+
+
+async def assert_in_step(memory: MemoryStream, stream: str, queries: list[str]) -> None:
+    """The running index scores as one rebuilt from the file now, and as the reference over the stored texts."""
+    fresh = VectorIndex(memory.store, lexical=True)
+    live, rebuilt = await memory.index.get(stream), await fresh.get(stream)
+    stored = {m.id: m.text for m in await memory.recent(stream, limit=10_000)}
+    assert sorted(live.ids.tolist()) == sorted(rebuilt.ids.tolist()) == sorted(stored)
+    for query in queries:
+        scored = []
+        for vectors in (live, rebuilt):
+            assert vectors.terms is not None
+            scores = vectors.terms.score(query, vectors.n)
+            scored.append({int(vectors.ids[r]): float(scores[r]) for r in np.flatnonzero(scores)})
+        ids = sorted(stored)
+        reference = bm25_reference([stored[i] for i in ids], query)
+        assert scored[0] == scored[1] == {i: s for i, s in zip(ids, reference, strict=True) if s}
+
+
+async def test_forget_edit_and_purge_keep_the_lexical_index_in_step_and_leave_no_bytes(
+        hybrid: MemoryStream, tmp_path: Path) -> None:
+    db = tmp_path / "persona.db"
+    observations = [Observation(f"Klaus said: my favourite colour is {SECRET}", STREAM, source=Source(message_id="m1")),
+                    Observation("Maria said: the cafe party is tonight", STREAM, source=Source(message_id="m2")),
+                    Observation("Klaus said: I paint the sunrise", STREAM, source=Source(message_id="m3")),
+                    Observation(f"Maria said: {SECRET} again", "guild:2", source=Source(message_id="m4"))]
+    await hybrid.observe_many(observations)
+    queries = [SECRET.lower(), "colour party", "paint sunrise cafe", "klaus said"]
+    await assert_in_step(hybrid, STREAM, queries)
+    [top] = await hybrid.retrieve(f"what is {SECRET}?", stream=STREAM, k=1)
+    assert SECRET in top.memory.text
+
+    await hybrid.forget_messages(["m1"])
+    await assert_in_step(hybrid, STREAM, queries)
+    assert all(SECRET not in item.memory.text for item in await hybrid.explain(SECRET, stream=STREAM, k=5))
+
+    await hybrid.edit_message(STREAM, "m3", "Klaus said: I paint ultraviolet skies")
+    await assert_in_step(hybrid, STREAM, [*queries, "ultraviolet skies"])
+    [top] = await hybrid.explain("ultraviolet skies", stream=STREAM, k=1)
+    assert top.memory.text.endswith("ultraviolet skies")
+
+    await hybrid.purge("guild:2")
+    assert await hybrid.explain(SECRET, stream="guild:2") == []
+    await hybrid.close()
+    assert leftovers(db, SECRET) == []
+
+
+async def test_the_profile_passes_the_specs_example_through_the_stream(hybrid: MemoryStream, clock: FakeClock) -> None:
+    """Old, important and relevant beats recent and trivial, over the store and the lexical index."""
+    await hybrid.observe("Klaus Mueller is writing a research paper on gentrification", importance=8,
+                         at=clock.now())
+    clock.advance(hours=48)
+    for i in range(20):
+        await hybrid.observe(f"ate toast number {i}", importance=1)
+        clock.advance(hours=1)
+    [top] = await hybrid.explain("What is Klaus working on?", k=1)
+    assert top.memory.text.startswith("Klaus Mueller")
+    assert to_timestamp(top.memory.created_at) < to_timestamp(clock.now()) - 48 * 3600
