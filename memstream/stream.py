@@ -27,7 +27,7 @@ from memstream.models.roles import Models, RoleModel
 from memstream.rate import Rater, Rating
 from memstream.records import DEFAULT_STREAM, EvidenceNode, Memory, Observation, ScoredMemory, Source
 from memstream.reflect import Reflection, Reflector
-from memstream.store import NewMemory, Store, deferred_touches
+from memstream.store import NewMemory, Store
 from memstream.text import check_text
 
 __all__ = ["DEFAULT_STREAM", "MemoryStream", "Observation", "Reply", "connect_models"]
@@ -152,6 +152,7 @@ class MemoryStream:
         for close in self._closers:
             await close()
         self._closers.clear()
+        self.index.close()
         await self.store.close()
 
     async def __aenter__(self) -> MemoryStream:
@@ -319,17 +320,11 @@ class MemoryStream:
 
     async def _store_batch(self, stream: str, ready: list[tuple[Memory, Rating, npt.NDArray[np.float32]]]) -> None:
         usage = self.models.take_usage()
-        try:
-            done = set(await self.store.complete_many(
-                stream, [(m.id, r.importance, r.source, v) for m, r, v in ready], usage))
+        try:  # the index hears of the memories completed from the store (MemoriesReady)
+            await self.store.complete_many(stream, [(m.id, r.importance, r.source, v) for m, r, v in ready], usage)
         except BaseException:
             self.models.restore_usage(usage)
             raise
-        kept = [(m, r, v) for m, r, v in ready if m.id in done]
-        if kept:
-            await self.index.append(stream, [m.id for m, _, _ in kept], np.stack([v for _, _, v in kept]),
-                                    [r.importance for _, r, _ in kept],
-                                    [to_timestamp(m.created_at) for m, _, _ in kept], [m.text for m, _, _ in kept])
 
     async def _rate(self, memory: Memory, errors: list[ProviderError]) -> Rating | None:
         if memory.importance is not None:
@@ -393,20 +388,14 @@ class MemoryStream:
             # Checked once the claim is held: a reflection another process just saved has reset the total.
             if not claimed or (only_if_due and not await self.reflection_due(stream)):
                 return None
-            with deferred_touches() as touched:  # committed with the insights, or not at all
-                try:
-                    result = await self.reflector.reflect(stream, at=at or self.clock.now())
-                except BaseException as exc:
-                    if touched:  # the loaded matrix saw touches the store never got: reload it
-                        self.index.drop(stream)
-                    if not isinstance(exc, ProviderError):
-                        raise
-                    await self.store.count_skipped_reflection(stream)
-                    log.warning("reflection on %s failed, it will be tried again: %s", stream, exc)
-                    raise
-            for memory in result.insights:
-                await self.index.append(stream, [memory.id], await self.store.load_vector(memory.id),
-                                        [memory.importance or 1], [to_timestamp(memory.created_at)], [memory.text])
+            # Its retrievals' touches are committed with the insights, or not at all (the index hears of
+            # both from the store, after that commit).
+            try:
+                result = await self.reflector.reflect(stream, at=at or self.clock.now())
+            except ProviderError as exc:
+                await self.store.count_skipped_reflection(stream)
+                log.warning("reflection on %s failed, it will be tried again: %s", stream, exc)
+                raise
             if result.insights or result.dropped:
                 log.info("reflection on %s: %d insight(s), %d dropped", stream, len(result.insights),
                          len(result.dropped))
@@ -502,7 +491,6 @@ class MemoryStream:
                 await self.store.get(memory_id, stream=stream)
         deleted = await self.store.delete(ids, messages=messages, author=author)
         self.scrubbed = await self.store.scrub()
-        await self.index.remove(deleted)
         return deleted
 
     async def forget_messages(self, message_ids: Sequence[str]) -> list[int]:
@@ -515,7 +503,6 @@ class MemoryStream:
 
     async def purge(self, stream: str) -> int:
         """Delete a whole stream."""
-        self.index.drop(stream)
         removed = await self.store.purge_stream(stream)
         self.scrubbed = await self.store.scrub()
         return removed
@@ -525,12 +512,10 @@ class MemoryStream:
         is kept nowhere: insights and replies drawn from it, and the traces quoting it, are forgotten."""
         memory_id = await self.store.find_message(stream, message_id)
         keep = [] if memory_id is None else [memory_id]
-        derived = await self.store.delete(keep, messages=[message_id], keep=keep)
-        await self.index.remove(derived)
+        await self.store.delete(keep, messages=[message_id], keep=keep)
         if memory_id is not None:
             vector = (await self.models.embed([text], stream=stream))[0]
             await self.store.update_text(memory_id, text, vector)
-            await self.index.update(stream, memory_id, vector, text)
         self.scrubbed = await self.store.scrub()  # the text before the edit is gone from the file too
         return None if memory_id is None else await self.store.get(memory_id)
 

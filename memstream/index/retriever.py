@@ -35,6 +35,7 @@ from memstream.models.roles import Models
 from memstream.records import Memory, ScoredMemory
 from memstream.store import Store
 from memstream.store.arrays import F32, F64, I64
+from memstream.store.policy import collected_touches
 
 __all__ = ["Ranked", "Retriever", "RetrieverLike", "exact_cosines", "min_max", "rank", "rank_reference"]
 
@@ -490,7 +491,8 @@ class Retriever:
             ids, ranked = await self._ranked(embedded[0], stream, limit + len(exclude), at, query)
             chosen = [i for i, memory_id in enumerate(ids) if memory_id not in exclude][:limit]
             usage = self.models.take_usage()
-            try:
+            self.index.hint(stream, [ids[i] for i in chosen], [int(ranked.rows[i]) for i in chosen])
+            try:  # the touch reaches the index as the store announces it
                 found = await self.store.retrieved([ids[i] for i in chosen], now, usage=usage)
             except BaseException:
                 self.models.restore_usage(usage)
@@ -499,9 +501,7 @@ class Retriever:
             with contextlib.suppress(StoreError):  # what was counted (a failed call too) is kept; the first error
                 await self.models.flush_usage()    # is the one to report
             raise
-        items = _scored(ids, ranked, found, chosen)
-        await self.index.touch(stream, [item.memory.id for item, _ in items], now, rows=[row for _, row in items])
-        return [item for item, _ in items]
+        return [item for item, _ in _scored(ids, ranked, found, chosen)]
 
     async def explain(self, query: str, *, stream: str, k: int | None = None,
                       at: datetime | None = None) -> list[ScoredMemory]:
@@ -520,7 +520,8 @@ class Retriever:
                       at: datetime | None, text: str | None = None) -> tuple[list[int], Ranked]:
         """The top k of a stream: their ids, and their rows and score parts."""
         now = to_timestamp(at or self.clock.now())
-        async with self.index.locked(stream) as vectors:
+        # Inside a reflection, its own retrievals' touches (committed with its insights) count already.
+        async with self.index.locked(stream, uncommitted=collected_touches()) as vectors:
             if vectors.n == 0:
                 return [], rank(vectors, query, now, self.config, 0)
             if query.shape[-1] != vectors.dim:

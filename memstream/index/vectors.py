@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 from bisect import bisect_right
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -24,8 +25,18 @@ from memstream.index.lexical import StreamTerms
 from memstream.index.screen import Screen
 from memstream.store import Store, StreamArrays
 from memstream.store.arrays import F32, F64, I64, inverse_norms, large_empty
+from memstream.store.events import (
+    MemoriesReady,
+    MemoriesRemoved,
+    MemoriesTouched,
+    MemoryUpdated,
+    StoreEvent,
+    StreamDropped,
+)
 
 __all__ = ["StreamVectors", "VectorIndex"]
+
+log = logging.getLogger(__name__)
 
 _MIN_BLOCK = 256
 _CHUNK = 8192
@@ -260,6 +271,22 @@ class StreamVectors:
         if self._y is not None:
             self._set_y(found)
 
+    def overlay(self, touches: Mapping[int, float]) -> Callable[[], None]:
+        """Set these last accesses (id: time) until the returned undo is called: writes not committed yet,
+        seen by the task that made them (VectorIndex.locked)."""
+        rows = self.rows_of(list(touches))
+        if rows.size == 0:
+            return lambda: None
+        before = self._last[rows].copy()
+        self._set_last(rows, np.asarray([touches[int(i)] for i in self._ids[rows].tolist()], dtype=np.float64))
+        return lambda: self._set_last(rows, before)
+
+    def _set_last(self, rows: I64, values: F64) -> None:
+        self._last[rows] = values
+        self._limits = None
+        if self._y is not None:
+            self._set_y(rows)
+
     def update(self, memory_id: int, embedding: npt.ArrayLike, text: str | None = None) -> None:
         """Replace one memory's embedding (and its text in the lexical index)."""
         found = self.rows_of([memory_id])
@@ -410,11 +437,13 @@ Op = Callable[[StreamVectors], None]
 
 
 class VectorIndex:
-    """The per-stream matrices of one store, loaded on first use and kept in step with its writes.
+    """The per-stream matrices of one store, loaded on first use and kept in step with it by listening to it.
 
-    Scoring (`locked`) and writes to one stream take turns. Writes that arrive while a stream is being
-    loaded are kept and replayed on the loaded matrix (each is idempotent), so none is lost to the race
-    between the load's snapshot and the write.
+    The index is a StoreListener (memstream/store/events.py): the store announces what each transaction
+    committed, after its COMMIT, and nothing else writes to a matrix. Scoring (`locked`) and writes to one
+    stream take turns: a write that arrives while the stream is being scored waits for the scoring to end (it
+    never waits for the store). Writes that arrive while a stream is being loaded are kept and replayed on the
+    loaded matrix (each is idempotent), so none is lost to the race between the load's snapshot and the write.
     """
 
     def __init__(self, store: Store, *, lexical: bool = False, screen_bytes: int = SCREEN_BYTES) -> None:
@@ -425,14 +454,21 @@ class VectorIndex:
         self._locks: dict[str, asyncio.Lock] = {}
         self._loading: dict[str, asyncio.Task[StreamVectors]] = {}
         self._journals: dict[str, list[Op]] = {}
+        self._waiting: dict[str, list[Op]] = {}  # writes that came while the stream was being scored
         self._generation: dict[str, int] = {}
+        self._hints: dict[str, dict[int, int]] = {}  # where the last winners were: id -> row
+        self._stop = store.listen(self)
+
+    def close(self) -> None:
+        """Stop listening to the store (the matrices are left to the garbage collector)."""
+        self._stop()
+        self._streams.clear()
 
     async def get(self, stream: str) -> StreamVectors:
         """The matrix of a stream, loading it from the store the first time, and again after another
-        process wrote to the file (memories added, forgotten or edited elsewhere are seen at once)."""
-        held = [*self._streams, *self._loading]
-        for changed in await self.store.changed_elsewhere(held):  # (tracked from the first query on)
-            self.drop(changed)
+        process wrote to the file (memories added, forgotten or edited elsewhere are seen at once: the
+        store announces them as ChangedElsewhere, which drops the matrix)."""
+        await self.store.changed_elsewhere([*self._streams, *self._loading])  # (tracked from the first query on)
         found = self._streams.get(stream)
         if found is not None:
             return found
@@ -461,68 +497,122 @@ class VectorIndex:
             self._journals.pop(stream, None)
 
     @contextlib.asynccontextmanager
-    async def locked(self, stream: str) -> AsyncIterator[StreamVectors]:
-        """The matrix of a stream, with no write to it until the block ends."""
+    async def locked(self, stream: str, *,
+                     uncommitted: Mapping[int, float] | None = None) -> AsyncIterator[StreamVectors]:
+        """The matrix of a stream, with no write to it until the block ends. `uncommitted`: last accesses
+        (id: time) this task wrote but has not committed yet (a reflection's own retrievals), seen inside the
+        block only."""
         vectors = await self.get(stream)
         async with self._lock(stream):
+            self._flush(stream)
             current = self._streams.get(stream, vectors)
+            undo = current.overlay(uncommitted) if uncommitted else None
             try:
                 yield current
             finally:
+                if undo is not None:
+                    undo()
+                self._flush(stream)
                 if current.n >= _WARM_ROWS:
                     # After the first query, not before it: loading the loops holds the GIL for a while.
                     kernels.warm(background=True)
 
     def loaded(self, stream: str) -> StreamVectors | None:
-        """The matrix if loaded (writes to unloaded streams need not touch memory)."""
+        """The matrix if loaded."""
         return self._streams.get(stream)
+
+    def hint(self, stream: str, ids: Sequence[int], rows: Sequence[int]) -> None:
+        """Where these memories were when last ranked: their touch, when the store announces it, need not
+        look for them (a hint, checked before use)."""
+        self._hints[stream] = dict(zip((int(i) for i in ids), (int(r) for r in rows), strict=True))
+
+    def drop(self, stream: str) -> None:
+        """Forget the matrix of a stream (a load in progress is not kept); the next query reloads it."""
+        self._streams.pop(stream, None)
+        self._waiting.pop(stream, None)
+        self._hints.pop(stream, None)
+        self._generation[stream] = self._generation.get(stream, 0) + 1
+
+    # -- the listener ------------------------------------------------------------------------------
+
+    def committed(self, events: Sequence[StoreEvent]) -> None:
+        """What the store committed, applied in order to the matrices loaded or being loaded."""
+        for event in events:
+            if isinstance(event, MemoriesReady):
+                self._ready(event)
+            elif isinstance(event, MemoriesTouched):
+                self._touched(event)
+            elif isinstance(event, MemoryUpdated):
+                self._write(event.stream, _updated(event))
+            elif isinstance(event, MemoriesRemoved):
+                for stream in sorted(set(self._streams) | set(self._journals)):
+                    self._write(stream, _removed(event))
+            elif isinstance(event, StreamDropped):
+                self.drop(event.stream)
+            else:
+                for stream in sorted(event.streams):
+                    self.drop(stream)
+
+    def _ready(self, event: MemoriesReady) -> None:
+        texts = list(event.texts)
+
+        def op(vectors: StreamVectors) -> None:  # a memory becomes ready once: no check needed live
+            vectors.append(event.ids, event.embeddings, event.importance, event.last_accessed, event.created, texts)
+
+        def replay(vectors: StreamVectors) -> None:  # the load's snapshot may hold it already
+            fresh = ~np.isin(event.ids, vectors.ids)
+            if fresh.any():
+                vectors.append(event.ids[fresh], event.embeddings[fresh], event.importance[fresh],
+                               event.last_accessed[fresh], event.created[fresh],
+                               [w for w, f in zip(texts, fresh.tolist(), strict=True) if f])
+
+        self._write(event.stream, op, replay)
+
+    def _touched(self, event: MemoriesTouched) -> None:
+        streams = [event.stream] if event.stream is not None else sorted(set(self._streams) | set(self._journals))
+        for stream in streams:
+            hint = self._hints.get(stream, {})
+            rows = [hint[i] for i in event.ids] if all(i in hint for i in event.ids) else None
+            self._write(stream, _touch(event, rows))
+
+    def _write(self, stream: str, op: Op, replay: Op | None = None) -> None:
+        """Apply a write to the loaded matrix now, or after the scoring under way; keep it (`replay`, if
+        given) for the load in progress."""
+        if stream in self._journals:
+            self._journals[stream].append(replay or op)
+        vectors = self._streams.get(stream)
+        if vectors is None:
+            return
+        if self._lock(stream).locked():
+            self._waiting.setdefault(stream, []).append(op)
+        else:
+            self._run(stream, vectors, op)
+
+    def _flush(self, stream: str) -> None:
+        for op in self._waiting.pop(stream, []):
+            vectors = self._streams.get(stream)
+            if vectors is None:
+                return
+            self._run(stream, vectors, op)
+
+    def _run(self, stream: str, vectors: StreamVectors, op: Op) -> None:
+        try:
+            op(vectors)
+        except Exception:  # the matrix may be half-written: the store has it right, reload from there
+            log.exception("the in-memory index of stream %r could not apply a committed write; reloading it", stream)
+            self.drop(stream)
 
     def _lock(self, stream: str) -> asyncio.Lock:
         return self._locks.setdefault(stream, asyncio.Lock())
 
-    async def _apply(self, stream: str, op: Op, replay: Op | None = None) -> None:
-        """Apply a write to the loaded matrix, or keep it (`replay`, if given) for the load in progress."""
-        if stream in self._journals:
-            self._journals[stream].append(replay or op)
-        if stream in self._streams:
-            async with self._lock(stream):
-                vectors = self._streams.get(stream)
-                if vectors is not None:
-                    op(vectors)
 
-    async def append(self, stream: str, ids: Sequence[int], embeddings: npt.ArrayLike,
-                     importance: Sequence[float], created: Sequence[float], texts: Sequence[str]) -> None:
-        """New ready memories (their last access is their creation time)."""
-        id_list = np.asarray([int(i) for i in ids], dtype=np.int64)
-        words = list(texts)
-        matrix = np.asarray(embeddings, dtype=np.float32).reshape(len(id_list), -1)
-        weights, when = np.asarray(importance, dtype=np.float64), np.asarray(created, dtype=np.float64)
+def _updated(event: MemoryUpdated) -> Op:
+    return lambda vectors: vectors.update(event.memory_id, event.embedding, event.text)
 
-        def op(vectors: StreamVectors) -> None:  # a memory becomes ready once: no check needed live
-            vectors.append(id_list, matrix, weights, when, when, words)
 
-        def replay(vectors: StreamVectors) -> None:  # the load's snapshot may hold it already
-            fresh = ~np.isin(id_list, vectors.ids)
-            if fresh.any():
-                vectors.append(id_list[fresh], matrix[fresh], weights[fresh], when[fresh], when[fresh],
-                               [w for w, f in zip(words, fresh.tolist(), strict=True) if f])
+def _removed(event: MemoriesRemoved) -> Op:
+    return lambda vectors: vectors.remove(event.ids)
 
-        await self._apply(stream, op, replay)
 
-    async def touch(self, stream: str, ids: Sequence[int], at: float, rows: Sequence[int] | None = None) -> None:
-        """Set last access of these memories."""
-        await self._apply(stream, lambda vectors: vectors.touch(ids, at, rows))
-
-    async def update(self, stream: str, memory_id: int, embedding: npt.ArrayLike, text: str) -> None:
-        """Replace one memory's embedding and text."""
-        await self._apply(stream, lambda vectors: vectors.update(memory_id, embedding, text))
-
-    async def remove(self, ids: Sequence[int]) -> None:
-        """Drop memories from whichever stream holds them."""
-        for stream in sorted(set(self._streams) | set(self._journals)):
-            await self._apply(stream, lambda vectors: vectors.remove(ids))
-
-    def drop(self, stream: str) -> None:
-        """Forget the matrix of a stream (a load in progress is not kept)."""
-        self._streams.pop(stream, None)
-        self._generation[stream] = self._generation.get(stream, 0) + 1
+def _touch(event: MemoriesTouched, rows: Sequence[int] | None) -> Op:
+    return lambda vectors: vectors.touch(event.ids, event.at, rows)

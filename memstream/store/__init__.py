@@ -1,11 +1,19 @@
-"""The store of record: the storage interface (`Store`, a Protocol) and its backends.
+"""The store of record: the storage interface (base.py), its backends (sqlite/, postgres/), the events they
+deliver after each COMMIT (events.py), and the factory that picks a backend (`Store.open`, here).
 
 `await Store.open(location)` opens a SQLite file (a path) or a PostgreSQL database (a `postgresql://` URL).
 Nothing above this package knows which one it runs on.
 """
 
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
 from memstream.config import is_database_url, redact
-from memstream.store.base import Store
+from memstream.errors import StoreError
+from memstream.store.base import StoreInterface
+from memstream.store.events import StoreEvent, StoreListener
 from memstream.store.migrations import Migration, all_migrations
 from memstream.store.policy import RETRY_BASE_SECONDS, RETRY_CAP_SECONDS, deferred_touches, retry_delay
 from memstream.store.records import NewMemory, StreamArrays, UsageRow
@@ -14,5 +22,27 @@ from memstream.store.sqlite.rows import to_blob
 from memstream.store.sqlite.scrub import residue_needles
 
 __all__ = ["RETRY_BASE_SECONDS", "RETRY_CAP_SECONDS", "Migration", "NewMemory", "SQLiteStore", "Store",
-           "StreamArrays", "UsageRow", "all_migrations", "deferred_touches", "is_database_url", "redact",
-           "residue_needles", "retry_delay", "sqlite_module", "to_blob"]
+           "StoreEvent", "StoreListener", "StreamArrays", "UsageRow", "all_migrations", "deferred_touches",
+           "is_database_url", "redact", "residue_needles", "retry_delay", "sqlite_module", "to_blob"]
+
+
+class Store(StoreInterface, Protocol):
+    """One persona's memory (the interface: base.StoreInterface), and the factory that opens one."""
+
+    @classmethod
+    async def open(cls, location: str | Path, *, migrations: Path | None = None,
+                   load_processes: int | None = None) -> Store:
+        """Open (creating if needed) the store at `location` and apply its pending migrations.
+
+        A `postgresql://` URL opens PostgreSQL (memstream[postgres]); anything else is a SQLite file.
+        `migrations`: another folder of migrations (tests); `load_processes`: see SQLiteStore.open.
+        """
+        if is_database_url(location):
+            try:
+                from memstream.store.postgres import PostgresStore  # optional: memstream[postgres]
+            except ImportError as exc:
+                raise StoreError(f"a PostgreSQL database needs memstream's postgres extra: pip install "
+                                 f"'memstream[postgres]' ({exc})") from exc
+            return await PostgresStore.open(location, migrations=migrations, load_processes=load_processes)
+        return await SQLiteStore.open(location, migrations=migrations, load_processes=load_processes)
+

@@ -1,31 +1,28 @@
 """The storage interface: what every part of memstream above the store may ask of one, whatever the backend.
 
 A backend is one folder (memstream/store/sqlite/, memstream/store/postgres/) with a class that has every
-method of `Store`, each keeping the guarantee its docstring states. `Store.open(location)` picks the
-backend: a `postgresql://` URL opens PostgreSQL, anything else is a SQLite file's path.
+method of `Store`, each keeping the guarantee its docstring states, and that announces what it commits
+(events.py). The factory that picks a backend is `memstream.store.Store.open` (store/__init__.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import Any, Protocol, Self
 
 import numpy as np
 import numpy.typing as npt
 
-from memstream.config import is_database_url
-from memstream.errors import StoreError
 from memstream.records import EvidenceNode, Memory
+from memstream.store.events import StoreListener
 from memstream.store.records import NewMemory, StreamArrays, UsageRow
-from memstream.store.sqlite import SQLiteStore
 from memstream.store.tables import Table
 
-__all__ = ["Store"]
+__all__ = ["StoreInterface"]
 
-class Store(Protocol):
+class StoreInterface(Protocol):
     """One persona's memory: every stream's memories, evidence, traces, counters and meta.
 
     Guarantees common to every method: a stream's memories are never returned for another stream unless
@@ -35,25 +32,13 @@ class Store(Protocol):
 
     path: str  # where the store is, for messages (a file's path, or a URL without its password)
 
-    @classmethod
-    async def open(cls, location: str | Path, *, migrations: Path | None = None,
-                   load_processes: int | None = None) -> Store:
-        """Open (creating if needed) the store at `location` and apply its pending migrations.
-
-        A `postgresql://` URL opens PostgreSQL (memstream[postgres]); anything else is a SQLite file.
-        `migrations`: another folder of migrations (tests); `load_processes`: see SQLiteStore.open.
-        """
-        if is_database_url(location):
-            try:
-                from memstream.store.postgres import PostgresStore  # optional: memstream[postgres]
-            except ImportError as exc:
-                raise StoreError(f"a PostgreSQL database needs memstream's postgres extra: pip install "
-                                 f"'memstream[postgres]' ({exc})") from exc
-            return await PostgresStore.open(location, migrations=migrations, load_processes=load_processes)
-        return await SQLiteStore.open(location, migrations=migrations, load_processes=load_processes)
-
     async def close(self) -> None:
         """Release the connection(s); a second call does nothing."""
+        ...
+
+    def listen(self, listener: StoreListener) -> Callable[[], None]:
+        """Deliver what this store commits to `listener` (events.py): after each COMMIT, in commit order;
+        nothing for a transaction rolled back. Returns what stops the deliveries."""
         ...
 
     async def __aenter__(self) -> Self: ...
@@ -177,7 +162,8 @@ class Store(Protocol):
 
     async def changed_elsewhere(self, streams: Iterable[str] = ()) -> set[str]:
         """Of these streams (whose matrices the caller holds), those another connection (another process)
-        may have written to since the last call or their load: the caller reloads them. SQLite cannot tell
+        may have written to since the last call or their load, also delivered to the listeners as one
+        ChangedElsewhere: they reload them. SQLite cannot tell
         streams apart (every stream, after any other connection's commit); the first call only sets the
         mark. PostgreSQL compares per-stream change versions."""
         ...

@@ -22,6 +22,7 @@ import numpy.typing as npt
 from psycopg_pool import AsyncConnectionPool
 
 from memstream.errors import StoreError
+from memstream.store.events import Announcer, StoreEvent
 from memstream.store.postgres.connection import Conn, mapped_errors
 from memstream.store.postgres.presence import Presence
 
@@ -36,15 +37,17 @@ class _Transaction:
     task: asyncio.Task[Any] | None
     bumps: list[tuple[str, int, int]] = field(default_factory=list)  # (stream, old, new), applied on commit
     locked: dict[str, int] = field(default_factory=dict)  # streams locked, with their version now
+    events: list[StoreEvent] = field(default_factory=list)  # announced after COMMIT (store/events.py)
 
 
 _active: ContextVar[_Transaction | None] = ContextVar("memstream_postgres_transaction", default=None)
 
 
-class Core:
+class Core(Announcer):
     """A pool of connections to one persona's database, its transactions and its meta table."""
 
     def __init__(self, pool: AsyncConnectionPool[Conn], url: str, path: str, *, readers: int | None = None) -> None:
+        super().__init__()
         self.pool, self.url, self.path = pool, url, path
         self.readers = readers  # connections that read a large stream at load (None: memstream's choice)
         self._closed = False
@@ -60,6 +63,10 @@ class Core:
             return active
         return None
 
+    def _open_events(self) -> list[StoreEvent] | None:
+        joined = self._joined()
+        return None if joined is None else joined.events
+
     @contextlib.asynccontextmanager
     async def _conn(self) -> AsyncIterator[Conn]:
         """The connection of this task's transaction, or one from the pool (autocommit) for the block."""
@@ -73,7 +80,8 @@ class Core:
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
-        """BEGIN ... COMMIT on one connection, or ROLLBACK on any error; nested uses (same task) join it."""
+        """BEGIN ... COMMIT on one connection, or ROLLBACK on any error; nested uses (same task) join it. What
+        the writes inside announce is delivered to the listeners after COMMIT; nothing on ROLLBACK."""
         if self._joined() is not None:
             yield
             return
@@ -87,6 +95,7 @@ class Core:
                     finally:
                         _active.reset(token)
         self._committed(state.bumps)
+        self._deliver(state.events)
 
     async def _rows(self, sql: str, args: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
         async with self._conn() as conn:

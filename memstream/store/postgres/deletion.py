@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 
+from memstream.store.events import MemoriesRemoved, StreamDropped
 from memstream.store.postgres.connection import connect, mapped_errors
 from memstream.store.postgres.traces import Traces
 from memstream.store.walks import CascadeWalk
@@ -47,6 +48,7 @@ class Deletion(CascadeWalk, Traces):
             await self._bump(row[0] for row in rows)
             if rows:
                 self._to_vacuum.update(("memories", "evidence", *_TRACE_TABLES))
+                self._announce(MemoriesRemoved(tuple(ordered)))
             await self._note_deletion()
         return ordered
 
@@ -95,6 +97,7 @@ class Deletion(CascadeWalk, Traces):
                 await self._execute(f"DELETE FROM {table} WHERE stream = %s", (stream,))
             await self._bump([stream])
             self._to_vacuum.update(("memories", "evidence", *_TRACE_TABLES, *_STREAM_TABLES))
+            self._announce(StreamDropped(stream))
             await self._note_deletion()
         return removed
 

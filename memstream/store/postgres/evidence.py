@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from memstream.store.events import touched_at
 from memstream.store.postgres.loading import Loading
 from memstream.store.records import NewMemory
 from memstream.store.walks import EvidenceWalk
@@ -23,8 +24,9 @@ class Evidence(EvidenceWalk, Loading):
             if touches:
                 rows = await self._many_returning(
                     "UPDATE memories SET last_accessed_at = GREATEST(last_accessed_at, %s) WHERE id = %s "
-                    "RETURNING stream", [(t, i) for i, t in sorted(touches.items())])
+                    "RETURNING stream, id, last_accessed_at", [(t, i) for i, t in sorted(touches.items())])
                 await self._bump(row[0] for found in rows for row in found)
+                self._announce(*touched_at(stream, {int(row[1]): float(row[2]) for found in rows for row in found}))
             ids = await self.insert([insight for insight, _ in insights])
             await self._many("INSERT INTO evidence (reflection_id, memory_id, position) VALUES (%s, %s, %s)",
                              [(reflection_id, memory_id, pos)

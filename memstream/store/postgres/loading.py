@@ -12,6 +12,7 @@ import psycopg
 
 from memstream.errors import StoreError
 from memstream.store import _load
+from memstream.store.events import ChangedElsewhere
 from memstream.store.postgres.connection import mapped_errors
 from memstream.store.postgres.grouped import split
 from memstream.store.postgres.reader import plan, read_here, read_parts
@@ -85,7 +86,14 @@ class Loading(Rows):
 
     async def changed_elsewhere(self, streams: Iterable[str] = ()) -> set[str]:
         """Of these streams (whose matrices the caller holds), those another process has written to since
-        they were loaded: their change version is not the one this process knows (one indexed query)."""
+        they were loaded: their change version is not the one this process knows (one indexed query). The
+        listeners hear it too (ChangedElsewhere)."""
+        changed = await self._changed_elsewhere(streams)
+        if changed:
+            self._deliver([ChangedElsewhere(frozenset(changed))])
+        return changed
+
+    async def _changed_elsewhere(self, streams: Iterable[str]) -> set[str]:
         wanted = sorted(set(streams) & set(self._known))
         changed = self._stale & set(wanted)
         self._stale -= changed

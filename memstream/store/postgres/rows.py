@@ -12,6 +12,7 @@ from psycopg.errors import DeadlockDetected
 from memstream.clock import from_timestamp
 from memstream.errors import MemoryNotFound, StoreError
 from memstream.records import Memory, Source
+from memstream.store.events import MemoriesTouched, MemoryUpdated, ready_event, ready_inserted
 from memstream.store.policy import RETRY_BASE_SECONDS, RETRY_CAP_SECONDS, collected_touches
 from memstream.store.postgres.counters import Counters
 from memstream.store.postgres.presence import LIVE_OWNERS
@@ -35,7 +36,8 @@ _INSERT = ("INSERT INTO memories (stream, kind, text, created_at, last_accessed_
 _FREE = (f"(claimed_until IS NULL OR claimed_until <= {_NOW} OR (claimed_by IS NOT NULL AND claimed_by NOT IN "
          f"(SELECT owner FROM live)))")
 _COMPLETE = ("UPDATE memories SET importance = %s, importance_source = %s, embedding = %s, status = 'ready', "
-             "claimed_until = NULL WHERE id = %s AND status = 'pending' AND stream = %s RETURNING id, importance")
+             "claimed_until = NULL WHERE id = %s AND status = 'pending' AND stream = %s "
+             "RETURNING id, importance, text, last_accessed_at, created_at")
 
 
 def _ready(m: NewMemory) -> bool:
@@ -83,6 +85,7 @@ class Rows(Counters):
             results = await self._many_returning(_INSERT, [_insert_row(m, owner) for m in memories])
             ids = [int(rows[0][0]) for rows in results]
             await self._bump(m.stream for m in memories if m.importance is not None and m.embedding is not None)
+            self._announce(*ready_inserted(ids, memories))
         return ids
 
     async def insert_unique(self, memories: Sequence[NewMemory]) -> list[tuple[int, bool]]:
@@ -121,6 +124,8 @@ class Rows(Counters):
                     out[slot] = (int(rows[0][0]), True)
             added = [m.stream for slot, m in fresh if out[slot] is not None
                      and m.importance is not None and m.embedding is not None]
+            new = [(item[0], m) for slot, m in fresh if (item := out[slot]) is not None]
+            self._announce(*ready_inserted([i for i, _ in new], [m for _, m in new]))
             missing = [(m.stream, m.source.message_id) for slot, m in enumerate(memories)
                        if out[slot] is None and m.source.message_id]
             known = await self.find_messages(missing)
@@ -148,12 +153,17 @@ class Rows(Counters):
             await self._check_dimensions(vector for *_, vector in items)
             results = await self._many_returning(_COMPLETE, [(importance, source, _vector(vector), memory_id, stream)
                                                              for memory_id, importance, source, vector in items])
-            completed = {int(row[0]): int(row[1]) for rows in results for row in rows}
+            completed = {int(row[0]): row for rows in results for row in rows}
             if completed:
-                await self.add_importance(stream, sum(completed.values()))
+                await self.add_importance(stream, sum(int(row[1]) for row in completed.values()))
                 await self._bump([stream])
             await self.record_usage_many(usage)
-        return [memory_id for memory_id, *_ in items if memory_id in completed]
+            done = [item for item in items if item[0] in completed]
+            rows = [completed[memory_id] for memory_id, *_ in done]
+            self._announce(ready_event(stream, [item[0] for item in done], [item[3] for item in done],
+                                       [int(row[1]) for row in rows], [(row[3], row[4]) for row in rows],
+                                       [row[2] for row in rows]))
+        return [memory_id for memory_id, *_ in done]
 
     async def complete(self, memory_id: int, importance: int, source: str,
                        embedding: npt.NDArray[np.float32]) -> bool:
@@ -163,9 +173,12 @@ class Rows(Counters):
             await self._check_dimensions([embedding])
             row = await self._row("UPDATE memories SET importance = %s, importance_source = %s, embedding = %s, "
                                   "status = 'ready', claimed_until = NULL WHERE id = %s AND status = 'pending' "
-                                  "RETURNING stream", (importance, source, _vector(embedding), memory_id))
+                                  "RETURNING stream, text, last_accessed_at, created_at",
+                                  (importance, source, _vector(embedding), memory_id))
             if row is not None:
                 await self._bump([row[0]])
+                self._announce(ready_event(row[0], [memory_id], [embedding], [importance], [(row[2], row[3])],
+                                           [row[1]]))
         return row is not None
 
     async def count_attempt(self, memory_id: int, *, at: float | None = None) -> None:
@@ -185,9 +198,11 @@ class Rows(Counters):
         async with self.transaction():
             await self._lock(await self._streams_of([memory_id]))
             await self._check_dimensions([embedding])
-            rows = await self._rows("UPDATE memories SET text = %s, embedding = %s WHERE id = %s RETURNING stream",
-                                    (text, _vector(embedding), memory_id))
+            rows = await self._rows("UPDATE memories SET text = %s, embedding = %s WHERE id = %s "
+                                    "RETURNING stream, status", (text, _vector(embedding), memory_id))
             await self._bump(row[0] for row in rows)
+            vector = np.asarray(embedding, dtype=np.float32).reshape(-1)
+            self._announce(*(MemoryUpdated(row[0], memory_id, vector, text) for row in rows if row[1] == "ready"))
             if rows:
                 self._to_vacuum.add("memories")  # the text before the edit is a dead row until VACUUM
 
@@ -202,8 +217,12 @@ class Rows(Counters):
             async with self.transaction():
                 await self._lock(await self._streams_of(ids))
                 rows = await self._rows("UPDATE memories SET last_accessed_at = %s WHERE id = ANY(%s) "
-                                        "RETURNING stream", (at, sorted(set(ids))))
+                                        "RETURNING stream, id", (at, sorted(set(ids))))
                 await self._bump(row[0] for row in rows)
+                by_stream: dict[str, list[int]] = {}
+                for stream, memory_id in rows:
+                    by_stream.setdefault(stream, []).append(int(memory_id))
+                self._announce(*(MemoriesTouched(s, tuple(sorted(i)), at) for s, i in sorted(by_stream.items())))
 
     async def retrieved(self, ids: Sequence[int], at: float, *, usage: Sequence[UsageRow] = ()) -> dict[int, Memory]:
         """The memories a retrieval returns, by id (missing ones left out, as read before the touch); their last

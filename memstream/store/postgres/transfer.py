@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from memstream.store.events import dropped_streams
 from memstream.store.postgres.claims import Claims
 from memstream.store.postgres.connection import connect, mapped_errors
 from memstream.store.tables import Table
@@ -45,6 +46,7 @@ class Transfer(Claims):
             await self._many(f"INSERT INTO {table.name} ({', '.join(table.columns)}) VALUES "
                              f"({', '.join(['%s'] * len(table.columns))}) ON CONFLICT DO NOTHING", rows)
             await self._bump(streams)
+            self._announce(*dropped_streams(table, rows))
 
     async def last_key(self, table: Table) -> tuple[Any, ...] | None:
         """The largest key in `table` (None if empty)."""

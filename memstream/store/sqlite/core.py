@@ -15,15 +15,17 @@ import numpy as np
 import numpy.typing as npt
 
 from memstream.errors import StoreError
+from memstream.store.events import Announcer, StoreEvent
 from memstream.store.sqlite.connection import Connection
 
 __all__ = ["Core"]
 
 
-class Core:
+class Core(Announcer):
     """A connection to one persona's SQLite file, its transactions and its meta table."""
 
     def __init__(self, conn: Connection, path: str, *, load_processes: int | None = None) -> None:
+        super().__init__()
         self.conn, self.path = conn, path
         # Processes that read a stream's rows at load: None picks (several for a large stream), 1 never.
         self.load_processes = load_processes
@@ -35,13 +37,16 @@ class Core:
         self._residue: list[str] = []
         self._vacuum_due = False
         self._data_version: int | None = None  # see changed_elsewhere
+        # What the open transaction announces after its COMMIT (store/events.py); None when none is open.
+        self._events: list[StoreEvent] | None = None
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
         """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any error; nested uses (same task) join the outer one.
 
         Tasks sharing this connection take turns: another task's transaction waits for ours to end,
-        instead of beginning inside it (an error) or silently joining it.
+        instead of beginning inside it (an error) or silently joining it. What the writes inside announce is
+        delivered to the listeners after COMMIT, before the next transaction begins; nothing on ROLLBACK.
         """
         task = asyncio.current_task()
         if self._in_transaction and self._owner is task:
@@ -49,6 +54,8 @@ class Core:
             return
         async with self._lock:
             self._owner = task
+            events: list[StoreEvent] = []
+            self._events = events
             try:
                 await self.conn.execute("BEGIN IMMEDIATE")
                 self._in_transaction = True
@@ -62,9 +69,16 @@ class Core:
                     raise
                 self._in_transaction = False
                 await self.conn.execute("COMMIT")
+                self._events = None
+                self._deliver(events)
             finally:
                 self._in_transaction = False
                 self._owner = None
+                self._events = None
+
+    def _open_events(self) -> list[StoreEvent] | None:
+        # A write on this connection while a transaction is open joins it (whichever task opened it).
+        return self._events
 
     async def _check_dimensions(self, vectors: Iterable[npt.NDArray[np.float32] | None]) -> None:
         dims = {v.shape[-1] for v in vectors if v is not None}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from memstream.store.events import MemoriesRemoved, StreamDropped
 from memstream.store.sqlite.traces import Traces
 from memstream.store.walks import CascadeWalk
 
@@ -28,6 +29,8 @@ class Deletion(CascadeWalk, Traces):
                 async with self.conn.execute(f"SELECT text FROM memories WHERE id IN ({marks})", chunk) as cur:
                     self._residue += [row[0] for row in await cur.fetchall()]
                 await self.conn.execute(f"DELETE FROM memories WHERE id IN ({marks})", tuple(chunk))
+            if ordered:
+                self._announce(MemoriesRemoved(tuple(ordered)))
         return ordered
 
     async def _citing(self, ids: set[int]) -> set[int]:
@@ -100,5 +103,6 @@ class Deletion(CascadeWalk, Traces):
             for table in ("reply_traces", "stream_state", "model_usage", "model_usage_daily", "faults",
                           "stream_numbers"):
                 await self.conn.execute(f"DELETE FROM {table} WHERE stream = ?", (stream,))
+            self._announce(StreamDropped(stream))
         return cursor.rowcount
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from memstream.store.events import touched_at
 from memstream.store.records import NewMemory
 from memstream.store.sqlite.loading import Loading
 from memstream.store.walks import EvidenceWalk
@@ -22,6 +23,10 @@ class Evidence(EvidenceWalk, Loading):
             if touches:
                 await self.conn.executemany("UPDATE memories SET last_accessed_at = max(last_accessed_at, ?) "
                                             "WHERE id = ?", [(t, i) for i, t in touches.items()])
+                ids = sorted(touches)  # what each last access is now (a later one than the touch stays)
+                rows = await self.conn.execute_fetchall(
+                    f"SELECT id, last_accessed_at FROM memories WHERE id IN ({','.join('?' * len(ids))})", ids)
+                self._announce(*touched_at(stream, {int(i): float(at) for i, at in rows}))
             ids = await self.insert([insight for insight, _ in insights])
             for reflection_id, (_, cited) in zip(ids, insights, strict=True):
                 await self.conn.executemany(

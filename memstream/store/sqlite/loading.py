@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Iterable
 
 from memstream.errors import StoreError
 from memstream.store import _load
+from memstream.store.events import ChangedElsewhere
 from memstream.store.records import StreamArrays, part_arrays, sink_arrays
 from memstream.store.sqlite import connection
 from memstream.store.sqlite.binding import sqlite_module
@@ -89,12 +90,15 @@ class Loading(Rows):
         """Of these streams, those another connection (another process, or another Store on this file) may
         have written to since the last call: all of them when SQLite's data_version moved (one cheap pragma,
         one round trip: asked per query; SQLite cannot tell streams apart), else none. The first call only
-        sets the mark."""
+        sets the mark. The listeners hear it too (ChangedElsewhere)."""
         rows = list(await self.conn.execute_fetchall("PRAGMA data_version"))
         version = int(rows[0][0]) if rows else 0
         changed = self._data_version is not None and version != self._data_version
         self._data_version = version
-        return set(streams) if changed else set()
+        found = set(streams) if changed else set()
+        if found:
+            self._deliver([ChangedElsewhere(frozenset(found))])
+        return found
 
     @contextlib.asynccontextmanager
     async def reflection_claim(self, stream: str) -> AsyncIterator[bool]:

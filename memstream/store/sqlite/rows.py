@@ -11,6 +11,7 @@ import numpy.typing as npt
 from memstream.clock import from_timestamp
 from memstream.errors import MemoryNotFound
 from memstream.records import Memory, Source
+from memstream.store.events import MemoriesTouched, MemoryUpdated, ready_event, ready_inserted, touched_by_stream
 from memstream.store.policy import RETRY_BASE_SECONDS, RETRY_CAP_SECONDS, collected_touches
 from memstream.store.records import NewMemory, UsageRow
 from memstream.store.sqlite.counters import DAILY_USAGE, USAGE, Counters
@@ -66,12 +67,14 @@ class Rows(Counters):
             top = await self._top_id()
             if top + len(rows) < 2**63 - 1:
                 await self.conn.executemany(_INSERT, rows)
-                return list(range(top + 1, top + len(rows) + 1))
-            ids = []
-            for values in rows:
-                cursor = await self.conn.execute(_INSERT, values)
-                assert cursor.lastrowid is not None
-                ids.append(cursor.lastrowid)
+                ids = list(range(top + 1, top + len(rows) + 1))
+            else:
+                ids = []
+                for values in rows:
+                    cursor = await self.conn.execute(_INSERT, values)
+                    assert cursor.lastrowid is not None
+                    ids.append(cursor.lastrowid)
+            self._announce(*ready_inserted(ids, memories))
             return ids
 
     async def _top_id(self) -> int:
@@ -116,10 +119,11 @@ class Rows(Counters):
         async with self.transaction():
             await self._check_dimensions(vector for *_, vector in items)
             async with self.conn.execute(
-                f"SELECT id FROM memories WHERE status = 'pending' AND stream = ? AND id IN "
-                f"({','.join('?' * len(ids))})", (stream, *ids)
+                f"SELECT id, text, last_accessed_at, created_at FROM memories WHERE status = 'pending' AND stream = ? "
+                f"AND id IN ({','.join('?' * len(ids))})", (stream, *ids)
             ) as cur:
-                completed = {int(row[0]) for row in await cur.fetchall()}  # not deleted meanwhile
+                rows = {int(row[0]): (row[1], (row[2], row[3])) for row in await cur.fetchall()}
+            completed = set(rows)  # not deleted meanwhile
             await self.conn.executemany(
                 "UPDATE memories SET importance = ?, importance_source = ?, embedding = ?, status = 'ready' "
                 "WHERE id = ? AND status = 'pending'",
@@ -131,6 +135,9 @@ class Rows(Counters):
             if done:
                 await self.add_importance(stream, total)
             await self.record_usage_many(usage)
+            kept = [item for item in items if item[0] in completed]
+            self._announce(ready_event(stream, done, [vector for *_, vector in kept], [item[1] for item in kept],
+                                       [rows[i][1] for i in done], [rows[i][0] for i in done]))
         return done
 
     async def find_messages(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
@@ -164,12 +171,14 @@ class Rows(Counters):
         """Make a pending memory ready; False if it was deleted meanwhile."""
         async with self.transaction():
             await self._check_dimensions([embedding])
-            cursor = await self.conn.execute(
+            rows = list(await self.conn.execute_fetchall(
                 "UPDATE memories SET importance = ?, importance_source = ?, embedding = ?, status = 'ready' "
-                "WHERE id = ? AND status = 'pending'",
+                "WHERE id = ? AND status = 'pending' RETURNING stream, text, last_accessed_at, created_at",
                 (importance, source, to_blob(embedding), memory_id),
-            )
-        return cursor.rowcount == 1
+            ))
+            for stream, text, last, created in rows:
+                self._announce(ready_event(stream, [memory_id], [embedding], [importance], [(last, created)], [text]))
+        return len(rows) == 1
 
     async def count_attempt(self, memory_id: int, *, at: float | None = None) -> None:
         """Record one more failed attempt to complete a pending memory; given the time of the failure, its
@@ -186,10 +195,16 @@ class Rows(Counters):
         """Replace an observation's text and embedding (an edited message)."""
         async with self.transaction():
             await self._check_dimensions([embedding])
-            async with self.conn.execute("SELECT text FROM memories WHERE id = ?", (memory_id,)) as cur:
-                self._residue += [row[0] for row in await cur.fetchall()]
+            async with self.conn.execute("SELECT text, stream, status FROM memories WHERE id = ?",
+                                         (memory_id,)) as cur:
+                found = list(await cur.fetchall())
+            self._residue += [row[0] for row in found]
             await self.conn.execute("UPDATE memories SET text = ?, embedding = ? WHERE id = ?",
                                     (text, to_blob(embedding), memory_id))
+            for _, stream, status in found:
+                if status == "ready":
+                    vector = np.asarray(embedding, dtype=np.float32).reshape(-1)
+                    self._announce(MemoryUpdated(stream, memory_id, vector, text))
 
     async def touch(self, ids: Sequence[int], at: float) -> None:
         """Set last access of these memories to `at` (collected instead inside `deferred_touches()`)."""
@@ -200,6 +215,7 @@ class Rows(Counters):
         elif ids:
             await self.conn.executemany("UPDATE memories SET last_accessed_at = ? WHERE id = ?",
                                         [(at, i) for i in ids])
+            self._announce(MemoriesTouched(None, tuple(int(i) for i in ids), at))
 
     async def retrieved(self, ids: Sequence[int], at: float, *, usage: Sequence[UsageRow] = ()) -> dict[int, Memory]:
         """The memories a retrieval returns, by id (missing ones left out, the rest as they were read, before
@@ -220,10 +236,11 @@ class Rows(Counters):
         marks = ",".join("?" * len(ids))
         usage = list(usage)
 
-        def read_and_write(conn: Any) -> list[Any]:
+        def read_and_write(conn: Any) -> tuple[list[Any], bool]:
+            """The rows, and whether the write joined a transaction another task holds open."""
             rows = conn.execute(f"SELECT {_COLUMNS} FROM memories WHERE id IN ({marks})", ids).fetchall()
             if not (touching and rows) and not usage:
-                return list(rows)
+                return list(rows), False
             began = not conn.in_transaction  # else another task's open transaction: joined, as by `touch`
             if began:
                 conn.execute("BEGIN IMMEDIATE")
@@ -239,11 +256,20 @@ class Rows(Counters):
                 if began and conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
-            return list(rows)
+            return list(rows), not began
 
         if not ids and not usage:
             return {}
-        return {int(row[0]): _memory(row) for row in await self.conn.run(read_and_write)}
+        rows, joined = await self.conn.run(read_and_write)
+        found = {int(row[0]): _memory(row) for row in rows}
+        if touching and found:
+            touched = touched_by_stream(found.values(), at)
+            held = self._open_events() if joined else None
+            if held is not None:
+                held.extend(touched)
+            else:
+                self._deliver(touched)
+        return found
 
     async def get(self, memory_id: int, *, stream: str | None = None) -> Memory:
         """One memory by id (restricted to `stream` when given)."""

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from memstream.store.events import dropped_streams
 from memstream.store.sqlite.rows import to_blob
 from memstream.store.sqlite.scrub import Scrub
 from memstream.store.tables import Table
@@ -39,6 +40,7 @@ class Transfer(Scrub):
         async with self.transaction():
             await self.conn.executemany(f"INSERT OR IGNORE INTO {table.name} ({', '.join(table.columns)}) VALUES "
                                         f"({', '.join('?' * len(table.columns))})", [tuple(r) for r in rows])
+            self._announce(*dropped_streams(table, rows))
 
     async def last_key(self, table: Table) -> tuple[Any, ...] | None:
         """The largest key in `table` (None if empty)."""
