@@ -10,25 +10,23 @@ from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import numpy as np
-import numpy.typing as npt
 import openai
 
 from memstream.agent import Agent
-from memstream.clock import Clock, SystemClock, sane_time, to_timestamp
+from memstream.clock import Clock, SystemClock, to_timestamp
 from memstream.config import PersonaConfig, StreamConfig
 from memstream.errors import ConfigError, ProviderError
 from memstream.index.profiles import uses_lexical
 from memstream.index.retriever import Retriever, RetrieverLike
 from memstream.index.vectors import VectorIndex
+from memstream.ingest import Ingest
 from memstream.models.embed import Embedder, OpenAIEmbedder, SentenceTransformerEmbedder
 from memstream.models.llm import ChatModel, Completion, OpenAIChat, make_client
 from memstream.models.roles import Models, RoleModel
-from memstream.rate import Rater, Rating
+from memstream.rate import Rater
 from memstream.records import DEFAULT_STREAM, EvidenceNode, Memory, Observation, ScoredMemory, Source
 from memstream.reflect import Reflection, Reflector
-from memstream.store import NewMemory, Store
-from memstream.text import check_text
+from memstream.store import Store
 
 __all__ = ["DEFAULT_STREAM", "MemoryStream", "Observation", "Reply", "connect_models"]
 
@@ -46,11 +44,6 @@ class Reply:
     memories: list[ScoredMemory]
     trace_id: int
     memory: Memory | None
-
-
-def _check_importance(value: int | None) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10):
-        raise ConfigError(f"importance must be a whole number from 1 to 10, got {value!r}")
 
 
 def _silent(step: str) -> None:
@@ -106,19 +99,14 @@ class MemoryStream:
         self.index = VectorIndex(store, lexical=uses_lexical(self.config), screen_bytes=self.config.screen_mb << 20)
         self.retriever = Retriever(store, self.index, self.models, self.config, self.clock)
         self.rater = Rater(self.models, agent_name=name)
+        self.ingest = Ingest(store, self.models, self.rater, self.config, self.clock)
         self.reflector = Reflector(store, self.models, retriever or self.retriever, self.config, agent_name=name)
         self.agent = Agent(self.models, name=name, summary=summary, tz=self.tz)
         self.on_reflection_due = on_reflection_due
         self.auto_reflect = auto_reflect
         self._reflecting: dict[str, asyncio.Lock] = {}
-        self._limit = asyncio.Semaphore(self.config.max_concurrency)
-        self._inflight: set[int] = set()  # pending memories being completed right now (never twice at once)
         # False after a deletion whose old copies another reader kept in the store's log (Store.scrub).
         self.scrubbed = True
-        # The last model failure that left a memory pending (why something is pending, for the operator).
-        self.last_model_error: ProviderError | None = None
-        self._failures: set[int] = set()
-        self._persisting = asyncio.Lock()
         self._closers: list[Callable[[], Awaitable[None]]] = []
 
     @classmethod
@@ -165,6 +153,11 @@ class MemoryStream:
         """The clock's time."""
         return self.clock.now()
 
+    @property
+    def last_model_error(self) -> ProviderError | None:
+        """The last model failure that left a memory pending (why something is pending, for the operator)."""
+        return self.ingest.last_model_error
+
     # -- observing -------------------------------------------------------------------------------
 
     async def observe(self, text: str, *, stream: str = DEFAULT_STREAM, at: datetime | None = None,
@@ -189,63 +182,17 @@ class MemoryStream:
 
     async def complete(self, ids: Sequence[int]) -> int:
         """Rate and embed these pending memories now (a deferred burst); returns how many are ready."""
-        await self._complete(ids)
+        await self.ingest.complete(ids)
         done = [m for m in (await self.store.get_many(list(ids))).values() if m.status == "ready"]
         await self._reflect_if_due({m.stream for m in done})
         return len(done)
 
     async def _observe(self, items: Sequence[Observation], *,
                        defer: bool = False) -> tuple[list[Memory], list[ProviderError]]:
-        for item in items:
-            _check_importance(item.importance)
-            if not isinstance(item.text, str):
-                raise ConfigError(f"observation text must be a string, got {type(item.text).__name__}")
-            if not item.text.strip():
-                raise ConfigError("an observation needs some text: it is empty or only white space")
-            try:
-                check_text(item.text, "observation text")
-                if item.at is not None:
-                    sane_time(item.at)
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from exc
-        async with self._persisting:  # looking up known message ids and inserting the rest is one step
-            ids = await self._persist(items)
-        if defer:
-            found = await self.store.get_many([i for i, _ in ids])
-            return [found[i] for i, _ in ids], []
-        fresh = sorted({i for i, new in ids if new})
-        errors = await self._complete(fresh)
-        found = await self.store.get_many([i for i, _ in ids])
-        await self._reflect_if_due({found[i].stream for i in fresh if i in found})
-        return [found[i] for i, _ in ids], errors
-
-    async def _persist(self, items: Sequence[Observation]) -> list[tuple[int, bool]]:
-        out: list[tuple[int, bool]] = []
-        new: list[NewMemory] = []
-        slots: list[int] = []
-        first: dict[tuple[str, str], int] = {}  # a message repeated within this batch is stored once
-        twins: list[tuple[int, int]] = []
-        for item in items:
-            if item.source.message_id:
-                key = (item.stream, item.source.message_id)
-                if key in first:
-                    twins.append((len(out), first[key]))
-                    out.append((-1, False))
-                    continue
-                first[key] = len(out)
-            at = to_timestamp(item.at or self.clock.now())
-            new.append(NewMemory(stream=item.stream, kind="observation", text=item.text, created_at=at,
-                                 importance=item.importance,
-                                 importance_source=None if item.importance is None else "given",
-                                 source=item.source))
-            slots.append(len(out))
-            out.append((-1, True))
-        # Messages already stored (by this process or another) are looked up in the insert's transaction.
-        for slot, found in zip(slots, await self.store.insert_unique(new), strict=True):
-            out[slot] = found
-        for slot, earlier in twins:
-            out[slot] = (out[earlier][0], False)
-        return out
+        added = await self.ingest.add(items, defer=defer)
+        if not defer:
+            await self._reflect_if_due({m.stream for m in added.fresh})
+        return added.memories, added.errors
 
     async def complete_pending(self, limit: int = 1000, *, due_only: bool = False,
                                streams: Sequence[str] | None = None) -> int:
@@ -255,93 +202,12 @@ class MemoryStream:
         the bot's periodic check respects; at start it tries them all); with `streams`, only those of
         these streams (a process of a sharded bot completes its own).
         """
-        due = to_timestamp(self.clock.now()) if due_only else None
-        # Claimed: none another process is completing.
-        pending = await self.store.pending_memories(limit, due_at=due, streams=streams, claim=True)
-        await self._complete([m.id for m in pending])
+        pending = await self.ingest.pending(limit, due_only=due_only, streams=streams)
+        await self.ingest.complete([m.id for m in pending])
         done = await self.store.get_many([m.id for m in pending])
         finished = [m for m in done.values() if m.status == "ready"]
         await self._reflect_if_due({m.stream for m in finished})
         return len(finished)
-
-    async def _complete(self, ids: Sequence[int]) -> list[ProviderError]:
-        memories = [m for m in (await self.store.get_many([i for i in ids if i not in self._inflight])).values()
-                    if m.status == "pending"]
-        errors: list[ProviderError] = []
-        self._inflight.update(m.id for m in memories)
-        try:
-            with self.models.deferred_usage():
-                outcomes = await asyncio.gather(*(self._complete_batch(batch, errors)
-                                                  for batch in self._batches(memories)), return_exceptions=True)
-            await self.models.flush_usage()
-        finally:
-            self._inflight.difference_update(m.id for m in memories)
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome
-        if errors:
-            self.last_model_error = errors[0]
-        if errors:  # one line per burst, however many of its calls failed
-            left = sorted(m.id for m in memories if m.id in self._failures)
-            self._failures.difference_update(left)
-            shown = ", ".join(f"#{i}" for i in left[:5]) + (", ..." if len(left) > 5 else "")
-            log.warning("memory %s kept as pending (%d failed model call(s)), retried with backoff: %s", shown,
-                        len(errors), errors[0])
-        return errors
-
-    def _batches(self, memories: Sequence[Memory]) -> list[list[Memory]]:
-        """Per stream, in id order, `embed_batch_size` at a time."""
-        by_stream: dict[str, list[Memory]] = {}
-        for memory in sorted(memories, key=lambda m: m.id):
-            by_stream.setdefault(memory.stream, []).append(memory)
-        size = self.config.embed_batch_size
-        return [group[i:i + size] for group in by_stream.values() for i in range(0, len(group), size)]
-
-    async def _complete_batch(self, batch: list[Memory], errors: list[ProviderError]) -> None:
-        """Embed a batch while its memories are rated (every model call bounded by max_concurrency), then
-        store it, its importance and the usage counted so far in one transaction."""
-        embedding = asyncio.ensure_future(self._embed(batch, errors))
-        ratings = await asyncio.gather(*(self._rate(m, errors) for m in batch))
-        embedded = await embedding
-        if embedded is None:
-            return
-        ready = [(m, r, v) for m, r, v in zip(batch, ratings, embedded, strict=True) if r is not None]
-        if ready:
-            await self._store_batch(batch[0].stream, ready)
-
-    async def _embed(self, batch: list[Memory], errors: list[ProviderError]) -> npt.NDArray[np.float32] | None:
-        async with self._limit:
-            try:
-                return await self.models.embed([m.text for m in batch], stream=batch[0].stream)
-            except ProviderError as exc:
-                for memory in batch:
-                    await self._failed(memory, exc, errors)
-                return None
-
-    async def _store_batch(self, stream: str, ready: list[tuple[Memory, Rating, npt.NDArray[np.float32]]]) -> None:
-        usage = self.models.take_usage()
-        try:  # the index hears of the memories completed from the store (MemoriesReady)
-            await self.store.complete_many(stream, [(m.id, r.importance, r.source, v) for m, r, v in ready], usage)
-        except BaseException:
-            self.models.restore_usage(usage)
-            raise
-
-    async def _rate(self, memory: Memory, errors: list[ProviderError]) -> Rating | None:
-        if memory.importance is not None:
-            return Rating(memory.importance, memory.importance_source or "given")
-        async with self._limit:
-            try:
-                return await self.rater.rate(memory.text, stream=memory.stream)
-            except ProviderError as exc:
-                await self._failed(memory, exc, errors)
-                return None
-
-    async def _failed(self, memory: Memory, exc: ProviderError, errors: list[ProviderError]) -> None:
-        if not any(e is exc for e in errors):
-            errors.append(exc)
-        if memory.id not in self._failures:  # one failed attempt, however many of its calls failed
-            self._failures.add(memory.id)
-            await self.store.count_attempt(memory.id, at=to_timestamp(self.clock.now()))
 
     # -- retrieving ------------------------------------------------------------------------------
 
@@ -438,9 +304,9 @@ class MemoryStream:
         asked = source or Source()
         own: Memory | None = None
         # The reply's memory (pending) and its trace: both or neither.
-        async with self._persisting, self.store.transaction():
+        async with self.ingest.persisting, self.store.transaction():
             if text:
-                [(own_id, _)] = await self._persist([Observation(f"{self.name}: {text}", stream, when, None,
+                [(own_id, _)] = await self.ingest.persist([Observation(f"{self.name}: {text}", stream, when, None,
                                                                  reply_source or Source(author=self.name))])
                 own = await self.store.get(own_id)
             trace = await self.store.save_trace(stream, to_timestamp(when), message, [

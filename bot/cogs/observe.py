@@ -14,6 +14,7 @@ from discord.ext import commands
 
 from bot.bot import PersonaBot, stream_key
 from memstream import MemstreamError, Observation, Source, StoreDamaged, StoreError
+from memstream.ingest import retry_delay
 
 __all__ = ["ObserveCog", "attributed", "setup"]
 
@@ -24,7 +25,7 @@ BATCH = 256
 # (pending), where the scheduler's retry finds them: memory stays bounded through a long model outage.
 MAX_BACKLOG = 20_000
 # A batch the store cannot take (a full disk, a lock held too long) stays queued and is tried again after
-# STORE_RETRY seconds, doubling up to STORE_RETRY_CAP.
+# STORE_RETRY seconds, doubling up to STORE_RETRY_CAP (memstream's one retry formula, retry_delay).
 STORE_RETRY = 1.0
 STORE_RETRY_CAP = 60.0
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -84,6 +85,7 @@ class ObserveCog(commands.Cog):
         self.idle.set()
         self._busy = 0
         self.store_retry = STORE_RETRY  # seconds before a batch the store refused is tried again (doubling)
+        self.store_failures = 0  # in a row
 
     async def cog_load(self) -> None:
         self.workers = [asyncio.create_task(self._work(), name="observe-store"),
@@ -134,12 +136,13 @@ class ObserveCog(commands.Cog):
                     batch = [self.queue.popitem(last=False)[1] for _ in range(min(BATCH, len(self.queue)))]
                     if not await self._store(batch):
                         self._requeue(batch)
-                        await asyncio.sleep(self.store_retry)  # a full disk, a lock: try again by itself
-                        self.store_retry = min(STORE_RETRY_CAP, self.store_retry * 2)
+                        self.store_failures += 1  # a full disk, a lock: try again by itself
+                        await asyncio.sleep(retry_delay(self.store_failures, base=self.store_retry,
+                                                        cap=STORE_RETRY_CAP))
                         continue
-                    if self.store_retry > STORE_RETRY:
+                    if self.store_failures:
                         log.warning("storing observations works again; %d queued one(s) left", len(self.queue))
-                    self.store_retry = STORE_RETRY
+                    self.store_failures = 0
                     await self._forget_raced(batch)
             finally:
                 self._busy -= 1
@@ -163,7 +166,7 @@ class ObserveCog(commands.Cog):
                 self.bot.report_damage(stream, exc)
             return False
         except StoreError as exc:
-            if self.store_retry == STORE_RETRY:
+            if self.store_failures == 0:
                 log.warning("could not store %d observation(s), they are kept in memory and tried again every "
                             "%d s at most: %s", len(batch), STORE_RETRY_CAP, exc)
             return False

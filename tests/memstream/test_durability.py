@@ -10,7 +10,7 @@ from datetime import datetime
 import pytest
 
 from memstream import CompletionError, EmbeddingError, MemoryStream, Observation, Source
-from memstream.store import RETRY_BASE_SECONDS, RETRY_CAP_SECONDS, retry_delay
+from memstream.store import RETRY_BASE_SECONDS, RETRY_CAP_SECONDS, NewMemory, Store, retry_delay
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
 from tests.conftest import MakeMemory
 from tests.memstream.helpers import INSIGHTS, QUESTIONS, RATER, run_sql
@@ -164,3 +164,13 @@ async def test_a_reflection_commits_what_its_retrievals_touched(make_memory: Mak
     untouched = {m.id for m in await memory.recent(STREAM, 50)} - {m.id for m in result.statements}
     for memory_id in untouched - {m.id for m in result.insights}:
         assert (await memory.get(memory_id)).last_accessed_at < clock.now()
+
+
+async def test_the_store_s_sql_follows_the_one_retry_formula(store: Store) -> None:
+    # The SQL that counts a failure is written from retry_delay (store/policy.py): equal at every count,
+    # the doubling, its cap and beyond.
+    [memory_id] = await store.insert([NewMemory(stream=STREAM, kind="observation", text="x", created_at=0.0)])
+    for failures in range(1, 41):
+        await store.count_attempt(memory_id, at=1000.0)
+        due = (await store.pending_state(STREAM))["next_retry_at"]
+        assert datetime.fromisoformat(due).timestamp() == 1000.0 + retry_delay(failures), failures

@@ -13,7 +13,7 @@ from memstream.clock import from_timestamp
 from memstream.errors import MemoryNotFound, StoreError
 from memstream.records import Memory, Source
 from memstream.store.events import MemoriesTouched, MemoryUpdated, ready_event, ready_inserted
-from memstream.store.policy import RETRY_BASE_SECONDS, RETRY_CAP_SECONDS, collected_touches
+from memstream.store.policy import collected_touches, retry_delay_sql
 from memstream.store.postgres.counters import Counters
 from memstream.store.postgres.presence import LIVE_OWNERS
 from memstream.store.records import NewMemory, UsageRow
@@ -190,8 +190,7 @@ class Rows(Counters):
             return
         await self._execute(
             "UPDATE memories SET attempts = attempts + 1, claimed_until = NULL, "
-            "next_attempt_at = %s + LEAST(%s, %s * power(2, LEAST(attempts, 30))) WHERE id = %s",
-            (at, RETRY_CAP_SECONDS, RETRY_BASE_SECONDS, memory_id))
+            f"next_attempt_at = %s + {retry_delay_sql('postgres')} WHERE id = %s", (at, memory_id))
 
     async def update_text(self, memory_id: int, text: str, embedding: npt.NDArray[np.float32]) -> None:
         """Replace an observation's text and embedding (an edited message)."""

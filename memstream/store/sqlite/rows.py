@@ -12,7 +12,7 @@ from memstream.clock import from_timestamp
 from memstream.errors import MemoryNotFound
 from memstream.records import Memory, Source
 from memstream.store.events import MemoriesTouched, MemoryUpdated, ready_event, ready_inserted, touched_by_stream
-from memstream.store.policy import RETRY_BASE_SECONDS, RETRY_CAP_SECONDS, collected_touches
+from memstream.store.policy import collected_touches, retry_delay_sql
 from memstream.store.records import NewMemory, UsageRow
 from memstream.store.sqlite.counters import DAILY_USAGE, USAGE, Counters
 
@@ -187,8 +187,8 @@ class Rows(Counters):
             await self.conn.execute("UPDATE memories SET attempts = attempts + 1 WHERE id = ?", (memory_id,))
             return
         await self.conn.execute(
-            "UPDATE memories SET attempts = attempts + 1, next_attempt_at = ? + min(?, ? * (1 << min(attempts, 30))) "
-            "WHERE id = ?", (at, RETRY_CAP_SECONDS, RETRY_BASE_SECONDS, memory_id),
+            f"UPDATE memories SET attempts = attempts + 1, next_attempt_at = ? + {retry_delay_sql('sqlite')} "
+            "WHERE id = ?", (at, memory_id),
         )
 
     async def update_text(self, memory_id: int, text: str, embedding: npt.NDArray[np.float32]) -> None:
