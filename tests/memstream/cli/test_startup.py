@@ -18,7 +18,7 @@ HEAVY = ("numpy", "numba", "openai", "torch", "sentence_transformers", "xllamacp
 
 def _loaded(*argv: str, first: str = "") -> list[str]:
     """The heavy modules a fresh interpreter has loaded after `memstream ARGV` parsed its arguments."""
-    script = (f"import json, sys\n{first}\nfrom memstream.cli.commands import main\n"
+    script = (f"import json, sys\n{first}\nfrom memstream.cli import main\n"
               "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
               f"print(json.dumps(sorted({{name.split('.')[0] for name in sys.modules}} & {set(HEAVY)!r})))")
     done = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=60)

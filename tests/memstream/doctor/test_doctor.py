@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from memstream.cli.commands import main
+from memstream.cli import main
 from memstream.doctor.checks import check_lines
 from memstream.doctor.store import check_sqlite
 from memstream.store import Store, sqlite_module
