@@ -61,10 +61,10 @@ def add_plugins(sub: Subparsers, common: argparse.ArgumentParser, plugins: Itera
             register: Register = plugin.load()
             register(CommandLine(sub, common))
         except Exception as exc:  # anything a foreign package raises as it loads: memstream's own commands go on
-            _stand_in(sub, plugin, exc)
+            _stand_in(sub, common, plugin, exc)
 
 
-def _stand_in(sub: Subparsers, plugin: EntryPoint, exc: Exception) -> None:
+def _stand_in(sub: Subparsers, common: argparse.ArgumentParser, plugin: EntryPoint, exc: Exception) -> None:
     """`memstream NAME`, for a plugin that failed to load: whatever its arguments, it says what went wrong."""
     where = f" (from {plugin.dist.name})" if plugin.dist is not None else ""
     problem = (f"memstream {plugin.name} comes from the plugin {plugin.value}{where}, which failed to load: "
@@ -77,5 +77,5 @@ def _stand_in(sub: Subparsers, plugin: EntryPoint, exc: Exception) -> None:
     if plugin.name in sub.choices:  # it clashed with a command of memstream's, or added part of itself: kept
         print(visible(f"memstream: warning: {problem}"), file=sys.stderr)
         return
-    sub.add_parser(plugin.name, help="(the plugin that adds it failed to load: run it to see why)",
+    sub.add_parser(plugin.name, parents=[common], help="(the plugin that adds it failed to load: run it to see why)",
                    description=problem).set_defaults(handler=Plain(explain, takes_any=True))

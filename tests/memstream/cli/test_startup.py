@@ -1,4 +1,5 @@
-"""`memstream --help` answers at once: parsing loads no numpy, numba, openai SDK, torch or SQLite.
+"""`memstream --help` answers at once: parsing loads no numpy, numba, openai SDK, torch, SQLite, aiohttp or
+discord.py (the plugins' commands are listed without loading what they run).
 
 What is loaded is checked, not how long it takes (timings belong in bench/): a fresh interpreter parses the
 arguments and lists the heavy modules it imported.
@@ -27,7 +28,8 @@ def _loaded(*argv: str, first: str = "") -> list[str]:
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["chat", "--help"], ["recall", "--help"], ["--version"],
-                                  ["observe"], ["nonsense"]])
+                                  ["observe"], ["nonsense"], ["bot", "--help"], ["web", "--help"],
+                                  ["doctor", "--help"]])
 def test_help_and_usage_errors_load_no_heavy_module(argv: list[str]) -> None:
     assert _loaded(*argv) == []
 
