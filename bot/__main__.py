@@ -1,4 +1,4 @@
-"""Run a persona on Discord: `memstream bot --persona personas/isabella.toml` or `python -m bot ...`.
+"""Run a persona on Discord: `memstream bot --persona personas/isabella.toml` (bot.plugin) or `python -m bot ...`.
 
 One process per persona: each persona is its own Discord application (its own token, name and avatar)
 and its own SQLite file, so a crash, a restart or a rate limit of one never touches another. A persona in
@@ -23,13 +23,13 @@ import aiohttp
 import discord
 
 from bot.bot import OneLineReconnects, PersonaBot, make_bot
-from bot.sharding import COUNT_ENV, SHARDS_ENV, parse_shards
+from bot.sharding import add_shard_arguments, parse_shards
 from memstream import ConfigError, MemoryStream, MemstreamError, load_persona
 from memstream.config import is_database_url
 from memstream.exits import exit_status
 from memstream.text import visible
 
-__all__ = ["add_shard_arguments", "configure_logging", "main", "run", "settle_memory"]
+__all__ = ["configure_logging", "main", "run", "settle_memory"]
 
 log = logging.getLogger("bot")
 SETTLE_SECONDS = 30.0
@@ -115,14 +115,6 @@ async def run(args: argparse.Namespace) -> int:
             with contextlib.suppress(asyncio.CancelledError):
                 await settling
     return 0
-
-
-def add_shard_arguments(parser: argparse.ArgumentParser) -> None:
-    """--shard-count and --shards (checked by bot.sharding.parse_shards, with their variables)."""
-    parser.add_argument("--shard-count", metavar="N", help=f"the bot's total number of shards, across all its "
-                                                           f"processes (or ${COUNT_ENV}); without it, no sharding")
-    parser.add_argument("--shards", metavar="IDS", help=f"the shards this process runs: 0-3, 0,2 (or ${SHARDS_ENV}; "
-                                                        "default: all of them); the one with shard 0 serves DMs")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from zoneinfo import ZoneInfo
 
 from memstream import EvidenceNode, Memory, ScoredMemory
+from memstream.render import short
 
 __all__ = ["LIMIT", "evidence_lines", "fit", "jump_link", "memory_line", "ranking_lines", "split_message"]
 
@@ -88,8 +89,8 @@ def _when(memory: Memory, tz: ZoneInfo) -> str:
 
 
 def _short(text: str, width: int) -> str:
-    flat = " ".join(text.split()).replace("`", "'")
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
+    """One line, cut to `width`; backticks made quotes (they would open code in Discord's markup)."""
+    return short(text.replace("`", "'"), width)
 
 
 def memory_line(memory: Memory, tz: ZoneInfo, guild_id: int | None = None, width: int = 160) -> str:

@@ -8,6 +8,7 @@ streams (and any other, such as ones filled by `memstream import`) belong to the
 
 from __future__ import annotations
 
+import argparse
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from memstream import ConfigError
 from memstream.render import compact_ranges
 
-__all__ = ["COUNT_ENV", "SHARDS_ENV", "Shards", "parse_shards", "shard_of"]
+__all__ = ["COUNT_ENV", "SHARDS_ENV", "Shards", "add_shard_arguments", "parse_shards", "shard_of"]
 
 COUNT_ENV = "MEMSTREAM_SHARD_COUNT"
 SHARDS_ENV = "MEMSTREAM_SHARDS"
@@ -95,3 +96,11 @@ def parse_shards(count: str | int | None, shards: str | None, environ: Mapping[s
                 raise ConfigError(f"{shards_from}: shard {shard} is listed twice")
             ids.add(shard)
     return Shards(total, tuple(sorted(ids)))
+
+
+def add_shard_arguments(parser: argparse.ArgumentParser) -> None:
+    """--shard-count and --shards (checked by parse_shards, with their variables)."""
+    parser.add_argument("--shard-count", metavar="N", help=f"the bot's total number of shards, across all its "
+                                                           f"processes (or ${COUNT_ENV}); without it, no sharding")
+    parser.add_argument("--shards", metavar="IDS", help=f"the shards this process runs: 0-3, 0,2 (or ${SHARDS_ENV}; "
+                                                        "default: all of them); the one with shard 0 serves DMs")

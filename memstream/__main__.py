@@ -2,6 +2,6 @@
 
 import sys
 
-from memstream.cli.commands import main
+from memstream.cli import main
 
 sys.exit(main())

@@ -1,11 +1,22 @@
-"""How memory is shown, the same in the terminal, the dashboard and Discord: compact ranges, trees, tables."""
+"""How memory is shown, the same in the terminal, the dashboard and Discord: compact ranges, one-line texts,
+memories and evidence trees as JSON and as lines, rankings, the importance histogram, and the parts of the
+stats and of a reflection's summary that every surface writes alike.
+
+Light at import (no numpy, SDK or SQLite): the command line renders with it before anything heavy is loaded.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["compact_ranges"]
+from memstream.records import EvidenceNode, Memory, ScoredMemory
 
+if TYPE_CHECKING:
+    from memstream.reflect import Reflection
+
+__all__ = ["because_text", "compact_ranges", "faults_text", "histogram_lines", "memory_json", "pending_text",
+           "questions_text", "ranking_lines", "scored_json", "short", "tree_json", "tree_lines", "usage_lines"]
 
 
 def compact_ranges(numbers: Iterable[int]) -> list[str]:
@@ -23,3 +34,110 @@ def compact_ranges(numbers: Iterable[int]) -> list[str]:
         if n is not None:
             start = prev = n
     return parts
+
+
+def short(text: str, width: int = 90) -> str:
+    """A text on one line (runs of whitespace as one space), cut to `width` characters with an ellipsis."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+# -- JSON ------------------------------------------------------------------------------------------
+
+
+def memory_json(memory: Memory) -> dict[str, Any]:
+    """A memory as JSON-ready data."""
+    src = memory.source
+    return {"id": memory.id, "stream": memory.stream, "kind": memory.kind, "text": memory.text,
+            "created_at": memory.created_at.isoformat(), "last_accessed_at": memory.last_accessed_at.isoformat(),
+            "importance": memory.importance, "importance_source": memory.importance_source,
+            "depth": memory.depth, "status": memory.status,
+            "source": {k: v for k, v in vars(src).items() if v is not None}}
+
+
+def scored_json(item: ScoredMemory, rank: int) -> dict[str, Any]:
+    """A ranked memory with its score parts."""
+    return {"rank": rank, "score": round(item.score, 6), "recency": round(item.recency, 6),
+            "importance": round(item.importance, 6), "relevance": round(item.relevance, 6),
+            "cosine": round(item.cosine, 6), "memory": memory_json(item.memory)}
+
+
+def tree_json(node: EvidenceNode) -> dict[str, Any]:
+    """An evidence tree as nested JSON."""
+    return {**memory_json(node.memory), "evidence": [tree_json(child) for child in node.evidence]}
+
+
+# -- lines -----------------------------------------------------------------------------------------
+
+
+def tree_lines(node: EvidenceNode, prefix: str = "", last: bool = True, root: bool = True) -> list[str]:
+    """An evidence tree drawn with box characters."""
+    m = node.memory
+    label = (f"#{m.id} {m.kind} (importance {m.importance}"
+             + (f", depth {m.depth}" if m.kind == "reflection" else "")
+             + f") {m.created_at:%Y-%m-%d %H:%M} UTC {short(m.text, 80)}")
+    lines = [label if root else f"{prefix}{'└── ' if last else '├── '}{label}"]
+    child_prefix = "" if root else prefix + ("    " if last else "│   ")
+    for i, child in enumerate(node.evidence):
+        lines += tree_lines(child, child_prefix, i == len(node.evidence) - 1, root=False)
+    return lines
+
+
+def ranking_lines(items: Sequence[ScoredMemory]) -> list[str]:
+    """A ranking as a table: each memory's score and its recency, importance and relevance parts."""
+    lines = [f"{'#':>2} {'id':>6} {'kind':<11} {'score':>6} {'rec':>5} {'imp':>5} {'rel':>5}  "
+             f"{'created (UTC)':<16}  text"]
+    for rank, item in enumerate(items, 1):
+        lines.append(f"{rank:>2} {item.memory.id:>6} {item.memory.kind:<11} {item.score:6.3f} {item.recency:5.2f} "
+                     f"{item.importance:5.2f} {item.relevance:5.2f}  {item.memory.created_at:%Y-%m-%d %H:%M}  "
+                     f"{short(item.memory.text)}")
+    return lines
+
+
+def histogram_lines(counts: Mapping[str, int], width: int = 40) -> list[str]:
+    """One bar per importance, scaled to the largest count (a count above zero shows at least a sliver)."""
+    top = max(counts.values(), default=0)
+    lines = []
+    for key, n in counts.items():
+        cells = 0 if top == 0 else n * width * 8 // top
+        bar = "█" * (cells // 8) + ("" if cells % 8 == 0 else chr(0x2590 - cells % 8))
+        if n and not bar:
+            bar = "▏"
+        lines.append(f"  {key:>2} {bar:<{width}} {n}")
+    return lines
+
+
+# -- the parts of the stats and of a reflection that every surface writes alike --------------------------
+
+
+def pending_text(stats: Mapping[str, Any]) -> str:
+    """How many memories wait for their model calls, and when they are tried again: "3 (2 failed attempt(s),
+    next retry now)"."""
+    return (f"{stats['pending']} ({stats['failed_attempts']} failed attempt(s), next retry "
+            f"{stats['next_retry_at'] or 'now'})")
+
+
+def usage_lines(stats: Mapping[str, Any], *, compact: bool = False) -> list[str]:
+    """A line per model role: calls, failures, client retries and tokens (`compact`: prompt+completion)."""
+    lines = []
+    for role, usage in stats["usage"].items():
+        tokens = (f"{usage['prompt_tokens']}+{usage['completion_tokens']} tokens" if compact
+                  else f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion tokens")
+        lines.append(f"{role}: {usage['calls']} call(s), {usage['failures']} failed, "
+                     f"{stats['retries'].get(role, 0)} retried, {tokens}")
+    return lines
+
+
+def faults_text(faults: Mapping[str, int]) -> str:
+    """Fault counts by kind: "rating fallback 2, insight dropped 1"."""
+    return ", ".join(f"{kind.replace('_', ' ')} {n}" for kind, n in faults.items())
+
+
+def questions_text(result: Reflection) -> str:
+    """A reflection's questions on one line."""
+    return "; ".join(result.questions) or "(none)"
+
+
+def because_text(result: Reflection, insight_id: int) -> str:
+    """What an insight of a reflection cites: "(because of #3, #7)"."""
+    return f"(because of {', '.join(f'#{i}' for i in result.evidence.get(insight_id, []))})"

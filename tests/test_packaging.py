@@ -17,7 +17,11 @@ def test_the_wheel_ships_prompts_and_migrations_and_finds_them(tmp_path: Path) -
     site = tmp_path / "site"
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
+        [entry_points] = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+        plugins = archive.read(entry_points).decode()
         archive.extractall(site)
+    # `memstream bot` is the bot's plugin: without its entry point an installed memstream has no bot command
+    assert "[memstream.commands]\nbot = bot.plugin:register" in plugins
     for prompt in ROOT.glob("prompts/*.md"):
         assert f"memstream/prompt_templates/{prompt.name}" in names
     for migration in ROOT.glob("migrations/*.sql"):
@@ -25,7 +29,7 @@ def test_the_wheel_ships_prompts_and_migrations_and_finds_them(tmp_path: Path) -
     for migration in ROOT.glob("migrations/postgres/*.sql"):
         assert f"memstream/migrations/postgres/{migration.name}" in names
     # workers run _load.py by path
-    assert {"bot/__main__.py", "memstream/py.typed", "memstream/store/_load.py"} <= names
+    assert {"bot/__main__.py", "bot/plugin.py", "memstream/py.typed", "memstream/store/_load.py"} <= names
     for static in ROOT.glob("memstream/web/static/*"):  # the dashboard's script, stylesheet and icon
         assert f"memstream/web/static/{static.name}" in names
     script = (

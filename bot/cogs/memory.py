@@ -13,6 +13,7 @@ from discord.ext import commands
 from bot.bot import PersonaBot, stream_key
 from bot.render import evidence_lines, fit, memory_line, ranking_lines
 from memstream import MemoryNotFound
+from memstream.render import because_text, faults_text, pending_text, questions_text, usage_lines
 
 __all__ = ["MemoryCog", "is_manager", "setup"]
 
@@ -114,10 +115,9 @@ class MemoryCog(commands.Cog):
         result = await self.bot.memory.reflect(_stream(interaction))
         assert result is not None
         tz = self.bot.persona.tz
-        lines = [f"Questions: {'; '.join(result.questions) or '(none)'}"]
-        for insight in result.insights:
-            cited = ", ".join(f"#{i}" for i in result.evidence.get(insight.id, []))
-            lines.append(memory_line(insight, tz, interaction.guild_id, 200) + f" (because of {cited})")
+        lines = [f"Questions: {questions_text(result)}"]
+        lines += [f"{memory_line(insight, tz, interaction.guild_id, 200)} {because_text(result, insight.id)}"
+                  for insight in result.insights]
         if result.dropped:
             lines.append(f"{len(result.dropped)} insight(s) dropped for lack of evidence.")
         if result.skipped:
@@ -159,14 +159,10 @@ class MemoryCog(commands.Cog):
                  f"Towards the next reflection: {data['importance_since_reflection']}/{data['reflection_threshold']}"
                  f" (run {data['reflections_run']}, failed/skipped {data['reflections_skipped']})"]
         if data["pending"]:
-            lines.append(f"Pending: {data['pending']} ({data['failed_attempts']} failed attempt(s), next retry "
-                         f"{data['next_retry_at'] or 'now'})")
-        for role, use in data["usage"].items():
-            lines.append(f"{role}: {use['calls']} call(s), {use['failures']} failed, "
-                         f"{data['retries'].get(role, 0)} retried, {use['prompt_tokens']}+{use['completion_tokens']} "
-                         "tokens")
+            lines.append(f"Pending: {pending_text(data)}")
+        lines += usage_lines(data, compact=True)
         if data["faults"]:
-            lines.append("Faults: " + ", ".join(f"{kind.replace('_', ' ')} {n}" for kind, n in data["faults"].items()))
+            lines.append(f"Faults: {faults_text(data['faults'])}")
         await interaction.response.send_message(fit(lines), ephemeral=True)
 
 

@@ -15,14 +15,19 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from memstream.cli.handlers import Plain
+from memstream.cli.options import Parents
 from memstream.config import check_base_url, load_persona
 from memstream.errors import ConfigError, ProviderError
 from memstream.text import visible, visible_json
 
-__all__ = ["Answers", "add_parser", "cmd_init", "persona_toml"]
+if TYPE_CHECKING:
+    from memstream.cli.options import Subparsers
+
+__all__ = ["Answers", "add_parsers", "cmd_init", "persona_toml"]
 
 T = TypeVar("T")
 OPENAI_MODELS = ("gpt-4o-mini", "text-embedding-3-small")
@@ -279,8 +284,8 @@ def _report(args: argparse.Namespace, a: Answers, out: Path, warnings: list[str]
     print("next:\n" + "\n".join(f"  {s}" for s in steps))
 
 
-def add_parser(sub: Any) -> None:
-    """`memstream init` and its flags."""
+def add_parsers(sub: Subparsers, shared: Parents) -> None:
+    """`memstream init` and its flags (not the shared options: it writes the persona file they would name)."""
     p = sub.add_parser("init", help="write a new persona file (asks a few questions)",
                        description="Write a persona file from a few questions, or from flags alone with --yes. "
                                    "Secrets stay in environment variables: the file names them.")
@@ -303,3 +308,4 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-y", "--yes", action="store_true", help="ask nothing: flags, else the defaults")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("-v", "--verbose", action="store_true", help="log what happens")
+    p.set_defaults(handler=Plain(cmd_init))

@@ -10,6 +10,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from memstream.records import EvidenceNode, Memory
+from memstream.render import short
 
 if TYPE_CHECKING:  # the stream (numpy, the model clients) is loaded by the command that opens one
     from memstream.stream import MemoryStream, Reply
@@ -26,15 +27,10 @@ def spinner_wanted(json_output: bool) -> bool:
     return not json_output and sys.stderr.isatty() and sys.stdout.isatty()
 
 
-def _short(text: str, width: int) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
-
-
 def _label(memory: Memory, width: int) -> str:
     kind = "insight" if memory.kind == "reflection" else memory.kind
     return (f"#{memory.id} {kind}, importance {memory.importance}, {memory.created_at:%Y-%m-%d %H:%M} UTC: "
-            f"{_short(memory.text, width)}")
+            f"{short(memory.text, width)}")
 
 
 def _evidence(node: EvidenceNode, depth: int) -> list[str]:
@@ -54,7 +50,7 @@ async def why_lines(memory: MemoryStream, reply: Reply | None) -> list[str]:
         return ["the last reply's trace is gone (a memory it rested on was forgotten since)"]
     trace, items = found
     c = memory.config
-    lines = [f"asked: \"{_short(trace['query'], 100)}\"",
+    lines = [f"asked: \"{short(trace['query'], 100)}\"",
              f"score = {c.weight_recency:g} × recency + {c.weight_importance:g} × importance + {c.weight_relevance:g}"
              f" × relevance (profile {c.profile}; each part normalized to 0..1 over the stream)"]
     if not items:

@@ -11,8 +11,8 @@ from typing import Any
 
 from aiohttp import web
 
-from memstream.cli.commands import tree_json
 from memstream.errors import ConfigError, MemoryNotFound, ProviderError
+from memstream.render import tree_json
 from memstream.stream import DEFAULT_STREAM, MemoryStream
 from memstream.web.pages import Site, url
 from memstream.web.security import Guard, security_headers

@@ -9,7 +9,7 @@ import os
 import sys
 
 import bot.bot
-from memstream.cli import commands as cli
+from memstream import cli
 from tests.fakes.discord_server import use_fake_discord
 
 URL_ENV = "FAKE_DISCORD_URL"

@@ -13,7 +13,7 @@ import pytest
 
 from bot.__main__ import run
 from memstream import MemoryNotFound
-from memstream.cli import commands as cli
+from memstream.cli import main
 from tests.bot.conftest import WAIT, Models, World, until
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAIServer
@@ -195,9 +195,9 @@ async def test_no_secret_in_any_log_line(tmp_path: Path, monkeypatch: pytest.Mon
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait_for(task, WAIT)
         # The command line, verbose, with the same secrets.
-        await asyncio.to_thread(cli.main, ["observe", "a note", "--persona", str(persona), "-v"])
+        await asyncio.to_thread(main, ["observe", "a note", "--persona", str(persona), "-v"])
         openai.require_api_key = "sk-another-key"
-        await asyncio.to_thread(cli.main, ["observe", "another note", "--persona", str(persona), "-v"])
+        await asyncio.to_thread(main, ["observe", "another note", "--persona", str(persona), "-v"])
     assert any(r.name.startswith("discord") for r in caplog.records)
     assert any(r.name.startswith("openai") for r in caplog.records)
     assert any("401" in r.getMessage() for r in caplog.records if r.name.startswith("memstream"))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from memstream import ConfigError, DiscordConfig, ModelConfig, StreamConfig, load_persona
-from memstream.cli.commands import main
+from memstream.cli import main
 
 MINIMAL = '[persona]\nname = "Maria Lopez"\nsummary = "A physics student."\n'
 # A wrong type for every key, and where a range applies, a value just outside it.

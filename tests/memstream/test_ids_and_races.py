@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from memstream import MemoryNotFound, MemoryStream, Observation, RoleModel, Source, Store, StreamConfig
-from memstream.cli import commands as cli
+from memstream.cli import main
 from memstream.store import all_migrations
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
 from tests.fakes.openai_server import FakeOpenAIServer
@@ -134,7 +134,7 @@ async def test_the_forget_command_tells_the_truth_beside_a_reader(tmp_path: Path
                            f'[models]\nbase_url = "{server.base_url}"\nmax_retries = 0\n', encoding="utf-8")
 
         async def run(*argv: str) -> int:
-            return await asyncio.to_thread(cli.main, [*argv, "--persona", str(persona)])
+            return await asyncio.to_thread(main, [*argv, "--persona", str(persona)])
 
         assert await run("observe", f"Klaus: {secret}", "--json") == 0
         memory_id = json.loads(capsys.readouterr().out)["id"]

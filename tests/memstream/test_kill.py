@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from memstream import MemoryStream, Observation, Source, Store, StreamConfig
-from memstream.cli import commands as cli
+from memstream.cli import main
 from memstream.testing import FakeEmbedder, ScriptedChat
 from tests.fakes.openai_server import ChatRequest, FakeOpenAIServer
 from tests.memstream.helpers import INSIGHTS, QUESTIONS
@@ -125,7 +125,7 @@ async def test_an_import_killed_mid_way_and_run_again_stores_each_line_once(
 
     openai_server.latency = 0.0
     # Run again to the end (in a thread: the model server answers from this test's event loop).
-    assert await asyncio.to_thread(cli.main, list(command[2:])) == 0
+    assert await asyncio.to_thread(main, list(command[2:])) == 0
     async with await Store.open(db) as store:
         await assert_consistent(store)
         found = await rows(store, "SELECT text, created_at, COUNT(*), MIN(status) FROM memories "

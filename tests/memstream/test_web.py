@@ -16,8 +16,9 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from memstream.cli.commands import main, tree_json
+from memstream.cli import main
 from memstream.errors import ConfigError, MemoryNotFound
+from memstream.render import tree_json
 from memstream.stream import MemoryStream
 from memstream.testing import FakeClock, FakeEmbedder
 from memstream.web import WebOptions, make_app, resolve_token

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from memstream.cli.commands import main
+from memstream.cli import main
 from tests.fakes.openai_server import ChatRequest, FakeOpenAIServer
 
 
@@ -270,7 +270,7 @@ async def test_observe_refuses_empty_text(tmp_path: Path, server: FakeOpenAIServ
 
 
 def test_the_histogram_is_drawn_as_bars() -> None:
-    from memstream.cli.commands import histogram_lines
+    from memstream.render import histogram_lines
 
     lines = histogram_lines({"1": 10, "2": 5, "3": 0, "4": 1}, width=20)
     assert lines[0] == "   1 " + "\u2588" * 20 + " 10"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from memstream.cli.commands import main
+from memstream.cli import main
 from memstream.config import load_persona
 from tests.fakes.openai_server import FakeOpenAIServer
 

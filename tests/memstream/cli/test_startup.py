@@ -1,4 +1,5 @@
-"""`memstream --help` answers at once: parsing loads no numpy, numba, openai SDK, torch or SQLite.
+"""`memstream --help` answers at once: parsing loads no numpy, numba, openai SDK, torch, SQLite, aiohttp or
+discord.py (the plugins' commands are listed without loading what they run).
 
 What is loaded is checked, not how long it takes (timings belong in bench/): a fresh interpreter parses the
 arguments and lists the heavy modules it imported.
@@ -18,7 +19,7 @@ HEAVY = ("numpy", "numba", "openai", "torch", "sentence_transformers", "xllamacp
 
 def _loaded(*argv: str, first: str = "") -> list[str]:
     """The heavy modules a fresh interpreter has loaded after `memstream ARGV` parsed its arguments."""
-    script = (f"import json, sys\n{first}\nfrom memstream.cli.commands import main\n"
+    script = (f"import json, sys\n{first}\nfrom memstream.cli import main\n"
               "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
               f"print(json.dumps(sorted({{name.split('.')[0] for name in sys.modules}} & {set(HEAVY)!r})))")
     done = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=60)
@@ -27,7 +28,8 @@ def _loaded(*argv: str, first: str = "") -> list[str]:
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["chat", "--help"], ["recall", "--help"], ["--version"],
-                                  ["observe"], ["nonsense"]])
+                                  ["observe"], ["nonsense"], ["bot", "--help"], ["web", "--help"],
+                                  ["doctor", "--help"]])
 def test_help_and_usage_errors_load_no_heavy_module(argv: list[str]) -> None:
     assert _loaded(*argv) == []
 

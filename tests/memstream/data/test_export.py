@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from memstream.cli.commands import main
+from memstream.cli import main
 from memstream.data.export import import_line
 from memstream.records import Memory, Source
 from tests.fakes.openai_server import FakeOpenAIServer

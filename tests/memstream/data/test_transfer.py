@@ -11,7 +11,7 @@ import pytest
 
 from memstream import MemoryStream, Observation, RoleModel, Source, StreamConfig
 
-from memstream.cli import commands as cli
+from memstream.cli import main
 from memstream.errors import ConfigError
 from memstream.store import NewMemory, Store
 from memstream.store.tables import TABLES, Table
@@ -122,10 +122,10 @@ def test_the_command_line_copies_and_says_what_it_checked(tmp_path: Path, postgr
     asyncio.run(_persona(tmp_path / "a.db"))
     persona = tmp_path / "p.toml"
     persona.write_text(f'[persona]\nname = "I"\nsummary = "S"\ndatabase = "{tmp_path / "a.db"}"\n', encoding="utf-8")
-    assert cli.main(["copy", str(persona), postgres_url]) == 0
+    assert main(["copy", str(persona), postgres_url]) == 0
     out = capsys.readouterr().out
     assert "copied" in out and "123 memories" in out and "9 sample queries" in out and "checked" in out
-    assert cli.main(["copy", str(tmp_path / "a.db"), postgres_url]) == 0  # resumed: already complete
-    assert cli.main(["copy", str(tmp_path / "missing.db"), str(tmp_path / "x.db")]) != 0
+    assert main(["copy", str(tmp_path / "a.db"), postgres_url]) == 0  # resumed: already complete
+    assert main(["copy", str(tmp_path / "missing.db"), str(tmp_path / "x.db")]) != 0
     err = capsys.readouterr().err
     assert "no such database file" in err and err.count("\n") == 1

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from memstream.cli.commands import main
+from memstream.cli import main
 from memstream.doctor.checks import check_lines
 from memstream.doctor.store import check_sqlite
 from memstream.store import Store, sqlite_module
@@ -318,3 +318,11 @@ async def test_every_joined_guild_when_none_configured(world: World, capsys: pyt
     assert code == 0
     assert len([x for x in lines if x.startswith("ok    discord server")]) == 2
 
+
+
+def test_the_package_exports_the_report_and_its_checks() -> None:
+    import memstream.doctor as doctor
+    from memstream.doctor.report import run_doctor
+
+    assert doctor.__all__ == ["Check", "Status", "run_doctor"]
+    assert doctor.run_doctor is run_doctor and doctor.Check.ok("x", "fine").status == "ok"

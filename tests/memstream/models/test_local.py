@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from memstream.cli.commands import main
+from memstream.cli import main
 from memstream.config import ModelConfig, PersonaConfig, StreamConfig, load_persona
 from memstream.errors import ConfigError
 from memstream.models.local import (
@@ -106,7 +106,7 @@ def test_local_is_refused_where_it_has_no_meaning(tmp_path: Path, capsys: pytest
 
 def test_a_missing_extra_is_one_line_saying_what_to_install(tmp_path: Path) -> None:
     path = _write(tmp_path, MINIMAL)
-    script = ("import sys\nsys.modules['xllamacpp'] = None\nfrom memstream.cli.commands import main\n"
+    script = ("import sys\nsys.modules['xllamacpp'] = None\nfrom memstream.cli import main\n"
               f"sys.exit(main(['observe', 'hi', '--local', '--persona', {str(path)!r}]))")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2

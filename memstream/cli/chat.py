@@ -1,0 +1,157 @@
+"""`memstream chat`: talk to the persona in the terminal. Each line is observed and answered, and the answer is
+remembered while the user reads; lines starting with / are the shell's own commands, never stored."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+import threading
+from typing import TYPE_CHECKING
+
+from memstream.cli.handlers import OnMemory
+from memstream.cli.options import Parents
+from memstream.cli.shell import STEPS, spinner_wanted, why_lines
+from memstream.cli.spinner import Spinner
+from memstream.render import scored_json
+from memstream.text import visible
+
+if TYPE_CHECKING:
+    from memstream.cli.options import Subparsers
+    from memstream.stream import MemoryStream, Reply
+
+__all__ = ["CHAT_HELP", "add_parsers", "cmd_chat"]
+
+CHAT_HELP = ("/help  these commands\n/why   what the last reply was built from\n/quit  leave (or Ctrl-D, Ctrl-C)\n"
+             "Anything else is said to the persona. Lines starting with / are never stored.")
+
+
+async def cmd_chat(memory: MemoryStream, args: argparse.Namespace) -> int:
+    """Talk to the persona: each line is observed and answered; /commands are the shell's own."""
+    tty = sys.stdin.isatty()
+    if tty:
+        with contextlib.suppress(ImportError):  # line editing and history for input(), where the platform has it
+            import readline  # noqa: F401
+    print(f"Talking to {memory.name} (stream {args.stream!r}). /help for commands, Ctrl-D to leave.",
+          file=sys.stderr)
+    session = _Session(memory, args, Spinner(spinner_wanted(args.json)))
+    try:
+        while await session.turn(await _read_line(f"{args.speaker}> " if tty else None), tty=tty):
+            pass
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        session.interrupted()
+        if tty:
+            print(file=sys.stderr)
+        raise
+    return 0
+
+
+class _Session:
+    """One conversation: the last reply (for /why), and its rating and embedding while the user reads."""
+
+    def __init__(self, memory: MemoryStream, args: argparse.Namespace, spin: Spinner) -> None:
+        self.memory, self.args, self.spin = memory, args, spin
+        self.last: Reply | None = None
+        self.remembering: asyncio.Future[None] | None = None
+
+    async def turn(self, line: str | None, *, tty: bool) -> bool:
+        """Handle one line of input; False once the user leaves."""
+        if line is None:  # Ctrl-D: leave the shell's prompt on a line of its own
+            if tty:
+                print(file=sys.stderr)
+            await self.settle()
+            return False
+        text = line.strip()
+        if text.startswith("/"):
+            return await self.command(text)
+        if text:
+            await self.say(text)
+        return True
+
+    async def command(self, text: str) -> bool:
+        """A /command; False for /quit."""
+        if text in ("/quit", "/exit"):
+            await self.settle()
+            return False
+        if text == "/help":
+            print(CHAT_HELP, file=sys.stderr)
+        elif text == "/why":
+            await self.settle()
+            print(visible("\n".join(await why_lines(self.memory, self.last))))
+        else:
+            print(f"unknown command {visible(text.split()[0])}: /help lists them", file=sys.stderr)
+        return True
+
+    async def say(self, text: str) -> None:
+        """Say a line to the persona and print its reply; the reply is remembered while the user reads."""
+        args = self.args
+        with self.spin:
+            await _remembered(self.remembering, self.spin)
+            self.last = last = await self.memory.respond(text, stream=args.stream, speaker=args.speaker, at=args.at,
+                                                         defer_reply=True, on_step=lambda s: self.spin.show(STEPS[s]))
+        self.remembering = asyncio.ensure_future(self.memory.reply_sent(last, []))
+        if args.json:
+            print(json.dumps({"reply": last.text, "trace": last.trace_id,
+                              "memories": [scored_json(m, i) for i, m in enumerate(last.memories, 1)]}))
+        else:
+            print(visible(f"{self.memory.name}: {last.text}"), flush=True)
+
+    async def settle(self) -> None:
+        """Wait, with the spinner, until the last reply is remembered."""
+        with self.spin:
+            await _remembered(self.remembering, self.spin)
+
+    def interrupted(self) -> None:
+        """Ctrl-C: the last reply, if still being remembered, is left pending (the next command completes it)."""
+        self.spin.stop()
+        if self.remembering is not None:
+            self.remembering.cancel()
+
+
+async def _remembered(remembering: asyncio.Future[None] | None, spin: Spinner) -> None:
+    """Wait for the last reply to be rated and embedded (it runs while the user reads and types)."""
+    if remembering is not None and not remembering.done():
+        spin.show(STEPS["remembering"])
+    if remembering is not None:
+        await remembering
+
+
+async def _read_line(prompt: str | None) -> str | None:
+    """One line of input, None at end of input. Read on a daemon thread: Ctrl-C ends the program at once
+    instead of waiting for the blocked read (an executor thread would keep the process alive until Enter)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[str | None] = loop.create_future()
+
+    def read() -> None:
+        value: str | None = None
+        failure: BaseException | None = None
+        try:
+            value = input(prompt) if prompt is not None else sys.stdin.readline() or None
+        except EOFError:
+            value = None
+        except Exception as exc:  # handed to the waiting coroutine
+            failure = exc
+
+        def hand_over() -> None:
+            if not done.done():
+                if failure is not None:
+                    done.set_exception(failure)
+                else:
+                    done.set_result(value)
+
+        with contextlib.suppress(RuntimeError):  # the loop is gone: the program is ending
+            loop.call_soon_threadsafe(hand_over)
+
+    threading.Thread(target=read, name="chat-input", daemon=True).start()
+    return await done
+
+
+def add_parsers(sub: Subparsers, shared: Parents) -> None:
+    """chat."""
+    p = sub.add_parser("chat", parents=[shared.common, shared.scoped, shared.timed],
+                       help="talk to the persona in the terminal",
+                       description="Talk to the persona: each line you type is observed and answered.")
+    p.add_argument("--as", dest="speaker", default="You", help="your name in the persona's memory")
+    p.set_defaults(handler=OnMemory(cmd_chat, models=True))

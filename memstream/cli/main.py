@@ -1,0 +1,68 @@
+"""`memstream`: parse the command line, run the command, and turn a MemstreamError into one line and an exit
+status.
+
+The modules that load numpy, the openai SDK or SQLite are imported by the commands that use them, so that
+`memstream --help` and a mistyped option answer at once (tests/memstream/cli/test_startup.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from importlib.metadata import EntryPoint
+
+from memstream.cli.handlers import Plain, run
+from memstream.cli.options import DEFAULT_PERSONA
+from memstream.cli.parser import build_parser
+from memstream.errors import MemstreamError
+from memstream.exits import EXIT_BAD_INPUT, exit_status
+from memstream.records import DEFAULT_STREAM
+from memstream.text import visible
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None, *, plugins: Iterable[EntryPoint] | None = None) -> int:
+    """Entry point of the console script; `plugins` stands in for the installed ones (tests)."""
+    parser = build_parser(plugins)
+    args = _parse(parser, argv)
+    if args.command is None:  # `memstream` alone: what it can do, not only "COMMAND is required"
+        parser.print_help(sys.stderr)
+        return EXIT_BAD_INPUT
+    _merge_top_options(args)
+    args.stream_given = getattr(args, "stream", None) is not None
+    if hasattr(args, "stream") and args.stream is None:
+        args.stream = DEFAULT_STREAM
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR,
+                        format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("aiosqlite").setLevel(logging.INFO)  # its DEBUG lines carry every statement's values
+    try:
+        return asyncio.run(run(args))
+    except MemstreamError as exc:
+        print(visible(f"memstream: error: {exc}"), file=sys.stderr)
+        return exit_status(exc)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The arguments; further ones are a usage error, except for a command that takes any (a stand-in)."""
+    args, extra = parser.parse_known_args(argv)
+    handler = getattr(args, "handler", None)
+    if extra and not (isinstance(handler, Plain) and handler.takes_any):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def _merge_top_options(args: argparse.Namespace) -> None:
+    """Common options given before the command count as if given after it (after it wins)."""
+    if args.top_persona is not None and args.persona == os.environ.get("MEMSTREAM_PERSONA", DEFAULT_PERSONA):
+        args.persona = args.top_persona
+    if args.top_db is not None and args.db is None:
+        args.db = args.top_db
+    args.json = args.json or args.top_json
+    args.verbose = args.verbose or args.top_verbose
