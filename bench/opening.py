@@ -33,7 +33,7 @@ from memstream.clock import from_timestamp
 from memstream.config import StreamConfig
 from memstream.index.profiles import uses_lexical
 from memstream.index.retriever import Retriever
-from memstream.index.vectors import VectorIndex
+from memstream.index.vector_index import VectorIndex
 from memstream.models.roles import Models, RoleModel
 from memstream.store import Store
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat

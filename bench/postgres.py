@@ -40,7 +40,7 @@ from memstream.clock import from_timestamp
 from memstream.config import StreamConfig
 from memstream.data.transfer import copy_store
 from memstream.index.retriever import Retriever
-from memstream.index.vectors import VectorIndex
+from memstream.index.vector_index import VectorIndex
 from memstream.models.llm import Completion
 from memstream.models.roles import Models, RoleModel
 from memstream.records import Source

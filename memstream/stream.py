@@ -18,7 +18,7 @@ from memstream.config import PersonaConfig, StreamConfig
 from memstream.errors import ConfigError, ProviderError
 from memstream.index.profiles import uses_lexical
 from memstream.index.retriever import Retriever, RetrieverLike
-from memstream.index.vectors import VectorIndex
+from memstream.index.vector_index import VectorIndex
 from memstream.ingest import Ingest
 from memstream.models.embed import Embedder, OpenAIEmbedder, SentenceTransformerEmbedder
 from memstream.models.llm import ChatModel, Completion, OpenAIChat, make_client

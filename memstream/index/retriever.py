@@ -30,7 +30,8 @@ from memstream.index import _kernels as kernels
 from memstream.index import _scan as scan
 from memstream.index.profiles import min_max, score_parts
 from memstream.index.screen import cosine_error
-from memstream.index.vectors import StreamVectors, VectorIndex
+from memstream.index.vector_index import VectorIndex
+from memstream.index.vectors import StreamVectors
 from memstream.models.roles import Models
 from memstream.records import Memory, ScoredMemory
 from memstream.store import Store

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from memstream import CompletionError, MemoryStream, Observation, RoleModel, Source, Store, StreamConfig
 from memstream.clock import to_timestamp
-from memstream.index.vectors import StreamVectors, VectorIndex
+from memstream.index.vector_index import VectorIndex
+from memstream.index.vectors import StreamVectors
 from memstream.store import NewMemory
 from memstream.store.events import (
     ChangedElsewhere,

@@ -20,7 +20,8 @@ from memstream.errors import StoreError
 from memstream.index import _kernels as kernels
 from memstream.index import _scan as scan
 from memstream.index.retriever import rank, rank_reference
-from memstream.index.vectors import SCREEN_ROWS, StreamVectors, VectorIndex
+from memstream.index.vector_index import VectorIndex
+from memstream.index.vectors import SCREEN_ROWS, StreamVectors
 from memstream.models.llm import Completion
 from memstream.models.roles import RoleModel
 from memstream.store import NewMemory, SQLiteStore, Store, StreamArrays

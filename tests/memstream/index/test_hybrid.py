@@ -18,7 +18,8 @@ from memstream.index import _kernels as kernels
 from memstream.index.hybrid import rank_hybrid_reference
 from memstream.index.lexical import STOP_WORDS, StreamTerms, bm25_reference, terms
 from memstream.index.retriever import rank
-from memstream.index.vectors import SCREEN_ROWS, StreamVectors, VectorIndex
+from memstream.index.vector_index import VectorIndex
+from memstream.index.vectors import SCREEN_ROWS, StreamVectors
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
 from tests.memstream.test_privacy import leftovers
 

@@ -1,0 +1,216 @@
+"""The per-stream matrices of one store, loaded on first use and kept in step with it by its events.
+
+VectorIndex is a StoreListener (memstream/store/events.py): the only writer of the matrices it holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+
+import numpy as np
+
+from memstream.index import _kernels as kernels
+from memstream.index import _pages as pages
+from memstream.index.vectors import SCREEN_BYTES, StreamVectors
+from memstream.store import Store
+from memstream.store.events import (
+    MemoriesReady,
+    MemoriesRemoved,
+    MemoriesTouched,
+    MemoryUpdated,
+    StoreEvent,
+    StreamDropped,
+)
+
+__all__ = ["VectorIndex"]
+
+log = logging.getLogger(__name__)
+# A stream this large makes the compiled retrieval loops worth loading (kernels.warm).
+_WARM_ROWS = 20_000
+
+Op = Callable[[StreamVectors], None]
+
+
+class VectorIndex:
+    """The per-stream matrices of one store, loaded on first use and kept in step with it by listening to it.
+
+    The index is a StoreListener (memstream/store/events.py): the store announces what each transaction
+    committed, after its COMMIT, and nothing else writes to a matrix. Scoring (`locked`) and writes to one
+    stream take turns: a write that arrives while the stream is being scored waits for the scoring to end (it
+    never waits for the store). Writes that arrive while a stream is being loaded are kept and replayed on the
+    loaded matrix (each is idempotent), so none is lost to the race between the load's snapshot and the write.
+    """
+
+    def __init__(self, store: Store, *, lexical: bool = False, screen_bytes: int = SCREEN_BYTES) -> None:
+        self.store = store
+        self.lexical = lexical  # keep a lexical index of each stream beside its matrix
+        self.screen_bytes = screen_bytes  # for each stream's screen (StreamVectors.screen)
+        self._streams: dict[str, StreamVectors] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._loading: dict[str, asyncio.Task[StreamVectors]] = {}
+        self._journals: dict[str, list[Op]] = {}
+        self._waiting: dict[str, list[Op]] = {}  # writes that came while the stream was being scored
+        self._generation: dict[str, int] = {}
+        self._hints: dict[str, dict[int, int]] = {}  # where the last winners were: id -> row
+        self._stop = store.listen(self)
+
+    def close(self) -> None:
+        """Stop listening to the store (the matrices are left to the garbage collector)."""
+        self._stop()
+        self._streams.clear()
+
+    async def get(self, stream: str) -> StreamVectors:
+        """The matrix of a stream, loading it from the store the first time, and again after another
+        process wrote to the file (memories added, forgotten or edited elsewhere are seen at once: the
+        store announces them as ChangedElsewhere, which drops the matrix)."""
+        await self.store.changed_elsewhere([*self._streams, *self._loading])  # (tracked from the first query on)
+        found = self._streams.get(stream)
+        if found is not None:
+            return found
+        task = self._loading.get(stream)
+        if task is None:
+            self._journals[stream] = []
+            task = asyncio.ensure_future(self._load(stream))
+            self._loading[stream] = task
+        return await asyncio.shield(task)
+
+    async def _load(self, stream: str) -> StreamVectors:
+        generation = self._generation.get(stream, 0)
+        try:
+            arrays = await self.store.load_stream(stream, texts=self.lexical)
+            vectors = await asyncio.to_thread(StreamVectors, arrays, copy=False, screen_bytes=self.screen_bytes)
+            pages.collapse_in_background(vectors)
+            if self.lexical:
+                await asyncio.to_thread(vectors.index_texts, arrays.ids.tolist(), arrays.texts or [])
+            for op in self._journals.get(stream, []):
+                op(vectors)
+            if self._generation.get(stream, 0) == generation:
+                self._streams[stream] = vectors
+            return vectors
+        finally:
+            self._loading.pop(stream, None)
+            self._journals.pop(stream, None)
+
+    @contextlib.asynccontextmanager
+    async def locked(self, stream: str, *,
+                     uncommitted: Mapping[int, float] | None = None) -> AsyncIterator[StreamVectors]:
+        """The matrix of a stream, with no write to it until the block ends. `uncommitted`: last accesses
+        (id: time) this task wrote but has not committed yet (a reflection's own retrievals), seen inside the
+        block only."""
+        vectors = await self.get(stream)
+        async with self._lock(stream):
+            self._flush(stream)
+            current = self._streams.get(stream, vectors)
+            undo = current.overlay(uncommitted) if uncommitted else None
+            try:
+                yield current
+            finally:
+                if undo is not None:
+                    undo()
+                self._flush(stream)
+                if current.n >= _WARM_ROWS:
+                    # After the first query, not before it: loading the loops holds the GIL for a while.
+                    kernels.warm(background=True)
+
+    def loaded(self, stream: str) -> StreamVectors | None:
+        """The matrix if loaded."""
+        return self._streams.get(stream)
+
+    def hint(self, stream: str, ids: Sequence[int], rows: Sequence[int]) -> None:
+        """Where these memories were when last ranked: their touch, when the store announces it, need not
+        look for them (a hint, checked before use)."""
+        self._hints[stream] = dict(zip((int(i) for i in ids), (int(r) for r in rows), strict=True))
+
+    def drop(self, stream: str) -> None:
+        """Forget the matrix of a stream (a load in progress is not kept); the next query reloads it."""
+        self._streams.pop(stream, None)
+        self._waiting.pop(stream, None)
+        self._hints.pop(stream, None)
+        self._generation[stream] = self._generation.get(stream, 0) + 1
+
+    # -- the listener ------------------------------------------------------------------------------
+
+    def committed(self, events: Sequence[StoreEvent]) -> None:
+        """What the store committed, applied in order to the matrices loaded or being loaded."""
+        for event in events:
+            if isinstance(event, MemoriesReady):
+                self._ready(event)
+            elif isinstance(event, MemoriesTouched):
+                self._touched(event)
+            elif isinstance(event, MemoryUpdated):
+                self._write(event.stream, _updated(event))
+            elif isinstance(event, MemoriesRemoved):
+                for stream in sorted(set(self._streams) | set(self._journals)):
+                    self._write(stream, _removed(event))
+            elif isinstance(event, StreamDropped):
+                self.drop(event.stream)
+            else:
+                for stream in sorted(event.streams):
+                    self.drop(stream)
+
+    def _ready(self, event: MemoriesReady) -> None:
+        texts = list(event.texts)
+
+        def op(vectors: StreamVectors) -> None:  # a memory becomes ready once: no check needed live
+            vectors.append(event.ids, event.embeddings, event.importance, event.last_accessed, event.created, texts)
+
+        def replay(vectors: StreamVectors) -> None:  # the load's snapshot may hold it already
+            fresh = ~np.isin(event.ids, vectors.ids)
+            if fresh.any():
+                vectors.append(event.ids[fresh], event.embeddings[fresh], event.importance[fresh],
+                               event.last_accessed[fresh], event.created[fresh],
+                               [w for w, f in zip(texts, fresh.tolist(), strict=True) if f])
+
+        self._write(event.stream, op, replay)
+
+    def _touched(self, event: MemoriesTouched) -> None:
+        streams = [event.stream] if event.stream is not None else sorted(set(self._streams) | set(self._journals))
+        for stream in streams:
+            hint = self._hints.get(stream, {})
+            rows = [hint[i] for i in event.ids] if all(i in hint for i in event.ids) else None
+            self._write(stream, _touch(event, rows))
+
+    def _write(self, stream: str, op: Op, replay: Op | None = None) -> None:
+        """Apply a write to the loaded matrix now, or after the scoring under way; keep it (`replay`, if
+        given) for the load in progress."""
+        if stream in self._journals:
+            self._journals[stream].append(replay or op)
+        vectors = self._streams.get(stream)
+        if vectors is None:
+            return
+        if self._lock(stream).locked():
+            self._waiting.setdefault(stream, []).append(op)
+        else:
+            self._run(stream, vectors, op)
+
+    def _flush(self, stream: str) -> None:
+        for op in self._waiting.pop(stream, []):
+            vectors = self._streams.get(stream)
+            if vectors is None:
+                return
+            self._run(stream, vectors, op)
+
+    def _run(self, stream: str, vectors: StreamVectors, op: Op) -> None:
+        try:
+            op(vectors)
+        except Exception:  # the matrix may be half-written: the store has it right, reload from there
+            log.exception("the in-memory index of stream %r could not apply a committed write; reloading it", stream)
+            self.drop(stream)
+
+    def _lock(self, stream: str) -> asyncio.Lock:
+        return self._locks.setdefault(stream, asyncio.Lock())
+
+
+def _updated(event: MemoryUpdated) -> Op:
+    return lambda vectors: vectors.update(event.memory_id, event.embedding, event.text)
+
+
+def _removed(event: MemoriesRemoved) -> Op:
+    return lambda vectors: vectors.remove(event.ids)
+
+
+def _touch(event: MemoriesTouched, rows: Sequence[int] | None) -> Op:
+    return lambda vectors: vectors.touch(event.ids, event.at, rows)
