@@ -24,10 +24,9 @@ import discord
 
 from bot.bot import OneLineReconnects, PersonaBot, make_bot
 from bot.sharding import add_shard_arguments, parse_shards
-from memstream import ConfigError, MemoryStream, MemstreamError, load_persona
+from memstream import ConfigError, MemoryStream, load_persona
 from memstream.config import is_database_url
-from memstream.exits import exit_status
-from memstream.text import visible
+from memstream.exits import run_to_exit
 
 __all__ = ["configure_logging", "main", "run", "settle_memory"]
 
@@ -126,13 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_shard_arguments(parser)
     args = parser.parse_args(argv)
     configure_logging(verbose=args.verbose)
-    try:
-        return asyncio.run(run(args))
-    except MemstreamError as exc:
-        print(visible(f"memstream: error: {exc}"), file=sys.stderr)
-        return exit_status(exc)
-    except KeyboardInterrupt:
-        return 130
+    return run_to_exit(run(args))
 
 
 if __name__ == "__main__":

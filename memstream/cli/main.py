@@ -8,7 +8,6 @@ The modules that load numpy, the openai SDK or SQLite are imported by the comman
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import sys
@@ -18,10 +17,8 @@ from importlib.metadata import EntryPoint
 from memstream.cli.handlers import Plain, run
 from memstream.cli.options import DEFAULT_PERSONA
 from memstream.cli.parser import build_parser
-from memstream.errors import MemstreamError
-from memstream.exits import EXIT_BAD_INPUT, exit_status
+from memstream.exits import EXIT_BAD_INPUT, run_to_exit
 from memstream.records import DEFAULT_STREAM
-from memstream.text import visible
 
 __all__ = ["main"]
 
@@ -40,13 +37,7 @@ def main(argv: Sequence[str] | None = None, *, plugins: Iterable[EntryPoint] | N
     logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR,
                         format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("aiosqlite").setLevel(logging.INFO)  # its DEBUG lines carry every statement's values
-    try:
-        return asyncio.run(run(args))
-    except MemstreamError as exc:
-        print(visible(f"memstream: error: {exc}"), file=sys.stderr)
-        return exit_status(exc)
-    except KeyboardInterrupt:
-        return 130
+    return run_to_exit(run(args))
 
 
 def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
