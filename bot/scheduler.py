@@ -85,7 +85,7 @@ class ReflectionScheduler:
         first, self._started = not self._started, True
         streams = None
         if self.owns is not None:
-            streams = [s for s in await self.memory.store.streams() if self.owns(s)]
+            streams = [s for s in await self.memory.streams() if self.owns(s)]
             if not streams:
                 return 0
         done = 0

@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
+from typing import Protocol
 
 from memstream.models.roles import Models
 from memstream.prompts import load_prompt, one_line, tag_safe
 
-__all__ = ["FALLBACK_IMPORTANCE", "Rater", "Rating", "parse_rating"]
+__all__ = ["FALLBACK_IMPORTANCE", "FaultCounter", "Rater", "Rating", "parse_rating"]
 
 log = logging.getLogger("memstream.rate")
 FALLBACK_IMPORTANCE = 5
@@ -33,11 +34,18 @@ def parse_rating(reply: str) -> int | None:
     return value if 1 <= value <= 10 else None
 
 
-class Rater:
-    """Rates an observation's poignancy for the persona."""
+class FaultCounter(Protocol):
+    """Where a degraded outcome is counted (the store: Store.count_fault)."""
 
-    def __init__(self, models: Models, *, agent_name: str) -> None:
-        self.models, self.agent_name = models, agent_name
+    async def count_fault(self, stream: str, kind: str, count: int = 1) -> None:
+        """Count `count` more of `kind` in `stream`."""
+
+
+class Rater:
+    """Rates an observation's poignancy for the persona; a fallback rating is counted in `faults`."""
+
+    def __init__(self, models: Models, *, agent_name: str, faults: FaultCounter) -> None:
+        self.models, self.agent_name, self.faults = models, agent_name, faults
         self.prompt = load_prompt("importance")
 
     def render(self, observation: str) -> str:
@@ -56,5 +64,5 @@ class Rater:
             replies.append(reply)
         log.warning("rater gave no integer 1..10 twice (%s); importance %d used as a fallback",
                     ", ".join(repr(r[:20]) for r in replies), FALLBACK_IMPORTANCE)
-        await self.models.store.count_fault(stream, "rating_fallback")
+        await self.faults.count_fault(stream, "rating_fallback")
         return Rating(FALLBACK_IMPORTANCE, "fallback")

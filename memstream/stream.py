@@ -98,7 +98,7 @@ class MemoryStream:
         self.models = Models(store, embedder, rater=rater, reflector=reflector, agent=agent)
         self.index = VectorIndex(store, lexical=uses_lexical(self.config), screen_bytes=self.config.screen_mb << 20)
         self.retriever = Retriever(store, self.index, self.models, self.config, self.clock)
-        self.rater = Rater(self.models, agent_name=name)
+        self.rater = Rater(self.models, agent_name=name, faults=store)
         self.ingest = Ingest(store, self.models, self.rater, self.config, self.clock)
         self.reflector = Reflector(store, self.models, retriever or self.retriever, self.config, agent_name=name)
         self.agent = Agent(self.models, name=name, summary=summary, tz=self.tz)
@@ -342,6 +342,22 @@ class MemoryStream:
     async def recent(self, stream: str = DEFAULT_STREAM, limit: int = 10, offset: int = 0) -> list[Memory]:
         """The most recent memories of a stream, newest first (pending ones included)."""
         return await self.store.recent(stream, limit, offset=offset, include_pending=True)
+
+    async def streams(self) -> list[str]:
+        """Every stream key in the store."""
+        return await self.store.streams()
+
+    async def by_number(self, stream: str, number: int) -> int:
+        """The id of the memory a stream shows as #number (MemoryNotFound if there is none)."""
+        return await self.store.by_number(stream, number)
+
+    async def by_author(self, stream: str, author_id: str) -> list[int]:
+        """Ids of the observations made from one author's messages in a stream."""
+        return await self.store.by_author(stream, author_id)
+
+    async def author_memories(self, author_id: str, *, stream: str | None = None) -> list[Memory]:
+        """One author's observations, oldest first: in one stream, or in every one (a data-access request)."""
+        return await self.store.author_memories(author_id, stream=stream)
 
     async def why(self, memory_id: int, *, stream: str | None = None) -> EvidenceNode:
         """The evidence tree of a memory, down to observations."""

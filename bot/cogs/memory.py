@@ -61,7 +61,7 @@ class MemoryCog(commands.Cog):
         """Trace a memory or insight back to the observations it rests on."""
         await interaction.response.defer(ephemeral=True, thinking=True)
         stream = _stream(interaction)
-        tree = await self.bot.memory.why(await self.bot.memory.store.by_number(stream, memory_id), stream=stream)
+        tree = await self.bot.memory.why(await self.bot.memory.by_number(stream, memory_id), stream=stream)
         lines = evidence_lines(tree, self.bot.persona.tz, interaction.guild_id)
         await interaction.followup.send(fit(lines), ephemeral=True)
 
@@ -131,7 +131,7 @@ class MemoryCog(commands.Cog):
         await interaction.response.defer(ephemeral=True, thinking=True)
         stream = _stream(interaction)
         if memory_id is None:
-            own = await self.bot.memory.store.by_author(stream, str(interaction.user.id))
+            own = await self.bot.memory.by_author(stream, str(interaction.user.id))
             gone = await self.bot.memory.forget_author(stream, str(interaction.user.id))
             text = (f"Forgotten: {len(own)} memory(ies) made from your messages here, and "
                     f"{len(gone) - len(own)} insight(s) and repl(ies) drawn from them.")
@@ -139,7 +139,7 @@ class MemoryCog(commands.Cog):
             text = "Only server managers can forget a memory by number. Use `/forget` alone for your own messages."
         else:
             try:
-                gone = await self.bot.memory.forget([await self.bot.memory.store.by_number(stream, memory_id)],
+                gone = await self.bot.memory.forget([await self.bot.memory.by_number(stream, memory_id)],
                                                     stream=stream)
             except MemoryNotFound:
                 text = f"There is no memory #{memory_id} here."

@@ -28,9 +28,10 @@ class MyDataCog(commands.Cog):
         """Get a file of everything I remember from your messages in this server (only you see it)."""
         await interaction.response.defer(ephemeral=True, thinking=True)
         stream = stream_key(interaction.guild_id, interaction.user.id)
-        document = await author_document(self.bot.memory.store, persona=self.bot.persona.name,
-                                         author_id=str(interaction.user.id), at=self.bot.memory.now(),
-                                         stream=stream)
+        author = str(interaction.user.id)
+        document = author_document(await self.bot.memory.author_memories(author, stream=stream),
+                                   persona=self.bot.persona.name, author_id=author, at=self.bot.memory.now(),
+                                   stream=stream)
         where = "here" if interaction.guild_id is not None else "in our direct messages"
         if not document["count"]:
             await interaction.followup.send(f"I remember nothing from your messages {where}.", ephemeral=True)

@@ -140,7 +140,8 @@ async def _export_author(memory: MemoryStream, args: argparse.Namespace,
     """Everything remembered from one author's messages, as one JSON document."""
     from memstream.data.export import author_document, document_text
 
-    document = await author_document(memory.store, persona=memory.name, author_id=args.author, at=memory.now())
+    document = author_document(await memory.author_memories(args.author), persona=memory.name,
+                               author_id=args.author, at=memory.now())
     handle.write(document_text(document))
     streams = sorted({m["stream"] for m in document["memories"]})
     count: int = document["count"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -40,10 +40,10 @@ def _author_record(memory: Memory) -> dict[str, Any]:
             "channel": src.channel}
 
 
-async def author_document(store: Store, *, persona: str, author_id: str, at: datetime,
-                          stream: str | None = None) -> dict[str, Any]:
-    """Every memory made from one author's messages, oldest first: in every stream, or only in `stream`."""
-    found = await store.author_memories(author_id, stream=stream)
+def author_document(found: Sequence[Memory], *, persona: str, author_id: str, at: datetime,
+                    stream: str | None = None) -> dict[str, Any]:
+    """The document of a data-access request: `found`, every memory made from one author's messages (oldest
+    first; MemoryStream.author_memories), in every stream or only in `stream`."""
     return {"format": FORMAT, "persona": persona, "author_id": author_id, "exported_at": _when(at),
             "stream": stream, "count": len(found), "memories": [_author_record(m) for m in found]}
 
