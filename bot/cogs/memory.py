@@ -72,12 +72,11 @@ class MemoryCog(commands.Cog):
             await interaction.followup.send("That message is not one of my replies here (or I have forgotten "
                                             "what it was built from).", ephemeral=True)
             return
-        trace, items = found
-        lines = [f"Asked: “{' '.join(trace['query'].split())[:200]}” — built from:"]
+        lines = [f"Asked: “{' '.join(found.trace.query.split())[:200]}” — built from:"]
         tz = self.bot.persona.tz
-        for n, (part, mem) in enumerate(items, 1):
-            head = (f"**{n}.** score {part['score']:.2f} (rec {part['recency']:.2f} · imp {part['importance']:.2f}"
-                    f" · rel {part['relevance']:.2f}) ")
+        for n, (part, mem) in enumerate(found.items, 1):
+            head = (f"**{n}.** score {part.score:.2f} (rec {part.recency:.2f} · imp {part.importance:.2f}"
+                    f" · rel {part.relevance:.2f}) ")
             if mem is None:
                 lines.append(head + "(a memory since forgotten)")
                 continue
@@ -151,22 +150,24 @@ class MemoryCog(commands.Cog):
     @app_commands.command(name="memory-stats")
     async def memory_stats(self, interaction: Interaction) -> None:
         """Counts, importance histogram, fallback ratings, progress to the next reflection, model calls."""
-        data = await self.bot.memory.stats(_stream(interaction))
-        hist = " ".join(f"{k}:{v}" for k, v in data["histogram"].items())
-        lines = [f"Observations {data['observations']} · insights {data['reflections']} · "
-                 f"pending {data['pending']} · fallback ratings {data['fallback']}",
+        stats = await self.bot.memory.stats(_stream(interaction))
+        counts, pending, state = stats.counts, stats.pending, stats.state
+        assert state is not None  # one stream's stats
+        hist = " ".join(f"{k}:{v}" for k, v in counts.histogram.items())
+        lines = [f"Observations {counts.observations} · insights {counts.reflections} · "
+                 f"pending {pending.count} · fallback ratings {counts.fallback}",
                  f"Importance: {hist}",
-                 f"Towards the next reflection: {data['importance_since_reflection']}/{data['reflection_threshold']}"
-                 f" (run {data['reflections_run']}, failed/skipped {data['reflections_skipped']})"]
-        if data["pending"]:
-            lines.append(f"Pending: {data['pending']} ({data['failed_attempts']} failed attempt(s), next retry "
-                         f"{data['next_retry_at'] or 'now'})")
-        for role, use in data["usage"].items():
-            lines.append(f"{role}: {use['calls']} call(s), {use['failures']} failed, "
-                         f"{data['retries'].get(role, 0)} retried, {use['prompt_tokens']}+{use['completion_tokens']} "
+                 f"Towards the next reflection: {state.importance_since_reflection}/{stats.reflection_threshold}"
+                 f" (run {state.reflections}, failed/skipped {state.skipped_reflections})"]
+        if pending.count:
+            retry = "now" if pending.next_retry_at is None else pending.next_retry_at.isoformat()
+            lines.append(f"Pending: {pending.count} ({pending.failed_attempts} failed attempt(s), next retry {retry})")
+        for role, use in stats.usage.items():
+            lines.append(f"{role}: {use.calls} call(s), {use.failures} failed, "
+                         f"{stats.retries.get(role, 0)} retried, {use.prompt_tokens}+{use.completion_tokens} "
                          "tokens")
-        if data["faults"]:
-            lines.append("Faults: " + ", ".join(f"{kind.replace('_', ' ')} {n}" for kind, n in data["faults"].items()))
+        if stats.faults:
+            lines.append("Faults: " + ", ".join(f"{kind.replace('_', ' ')} {n}" for kind, n in stats.faults.items()))
         await interaction.response.send_message(fit(lines), ephemeral=True)
 
 

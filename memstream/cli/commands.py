@@ -16,7 +16,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -154,7 +154,7 @@ async def cmd_import(memory: MemoryStream, args: argparse.Namespace) -> int:
         now = await memory.store.get_many(sorted(set(waiting)))
         stored += sum(1 for i in waiting if i in now and now[i].status == "ready")
     pending = len(lines) - stored
-    left = (await memory.store.pending_state())["pending"]  # of this file and of earlier runs
+    left = (await memory.store.pending_state()).count  # of this file and of earlier runs
     due = await memory.due_streams()
     new = len(lines) - already
     summary = [f"read {len(lines)} {history.format} message(s): {new} new, {already} already imported; "
@@ -306,28 +306,29 @@ def _scrub_lines(memory: MemoryStream) -> list[str]:
 async def cmd_stats(memory: MemoryStream, args: argparse.Namespace) -> int:
     """Counts, histogram, fallbacks, reflection progress and model calls."""
     stream = args.stream if args.stream_given else None
-    data = await memory.stats(stream)
-    data["streams"] = await memory.store.streams()
-    data["database"] = _absolute(memory.store.path)
-    hist = data["histogram"]
-    lines = [f"database: {data['database']}",
-             f"streams: {', '.join(data['streams']) or '(none)'}",
-             f"observations {data['observations']}, reflections {data['reflections']}, "
-             f"pending {data['pending']} ({data['failed_attempts']} failed attempt(s), next retry "
-             f"{data['next_retry_at'] or 'now'}), fallback ratings {data['fallback']}",
+    stats = await memory.stats(stream)
+    streams = await memory.store.streams()
+    database = _absolute(memory.store.path)
+    counts, pending, state, hist = stats.counts, stats.pending, stats.state, stats.counts.histogram
+    retry = "now" if pending.next_retry_at is None else pending.next_retry_at.isoformat()
+    lines = [f"database: {database}",
+             f"streams: {', '.join(streams) or '(none)'}",
+             f"observations {counts.observations}, reflections {counts.reflections}, "
+             f"pending {pending.count} ({pending.failed_attempts} failed attempt(s), next retry "
+             f"{retry}), fallback ratings {counts.fallback}",
              f"importance of the {sum(hist.values())} rated memories (observations and reflections; pending ones "
              "are not rated yet):", *histogram_lines(hist)]
-    if stream is not None:
-        lines.append(f"towards next reflection: {data['importance_since_reflection']}/"
-                     f"{data['reflection_threshold']} (reflections run {data['reflections_run']}, "
-                     f"skipped {data['reflections_skipped']})")
-    for role, usage in data["usage"].items():
-        lines.append(f"{role}: {usage['calls']} call(s), {usage['failures']} failed, "
-                     f"{data['retries'].get(role, 0)} retried, "
-                     f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion tokens")
-    if data["faults"]:
-        lines.append("faults: " + ", ".join(f"{kind.replace('_', ' ')} {n}" for kind, n in data["faults"].items()))
-    _emit(args, data, lines)
+    if state is not None:
+        lines.append(f"towards next reflection: {state.importance_since_reflection}/"
+                     f"{stats.reflection_threshold} (reflections run {state.reflections}, "
+                     f"skipped {state.skipped_reflections})")
+    for role, usage in stats.usage.items():
+        lines.append(f"{role}: {usage.calls} call(s), {usage.failures} failed, "
+                     f"{stats.retries.get(role, 0)} retried, "
+                     f"{usage.prompt_tokens} prompt + {usage.completion_tokens} completion tokens")
+    if stats.faults:
+        lines.append("faults: " + ", ".join(f"{kind.replace('_', ' ')} {n}" for kind, n in stats.faults.items()))
+    _emit(args, {**stats.to_json(), "streams": streams, "database": database}, lines)
     return 0
 
 
@@ -335,7 +336,7 @@ def _absolute(path: str) -> str:
     return path if path == ":memory:" else os.path.abspath(path)
 
 
-def histogram_lines(counts: dict[str, int], width: int = 40) -> list[str]:
+def histogram_lines(counts: Mapping[int, int], width: int = 40) -> list[str]:
     """One bar per importance, scaled to the largest count (a count above zero shows at least a sliver)."""
     top = max(counts.values(), default=0)
     lines = []
