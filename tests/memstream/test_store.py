@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
@@ -307,6 +308,10 @@ async def test_counts_usage_traces_and_purge(store: Store) -> None:
     assert await store.trace(message_id="discord-42") == ReplyTrace(
         id=trace_id, stream="default", at=from_timestamp(T0), query="what now?", items=(item,), reply_memory_id=None,
         message_id="discord-42", query_memory_id=2, query_message_id="discord-41", query_author_id="u1")
+    # The row keeps the items as the JSON every version wrote (a copy between versions reads it the same).
+    [(stored,)] = await run_sql(store, "SELECT items FROM reply_traces WHERE id = ?", trace_id)
+    assert json.loads(stored) == [{"id": 1, "score": 2.5, "recency": 0.25, "importance": 1.0, "relevance": 0.5,
+                                   "cosine": 0.75}]
 
     assert await store.streams() == ["default", "other"]
     assert await store.purge_stream("default") == 3

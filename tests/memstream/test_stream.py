@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 from datetime import timedelta
@@ -11,6 +12,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from memstream.clock import to_timestamp
 from memstream.config import PersonaConfig, StreamConfig
 from memstream.errors import CompletionError, ConfigError, EmbeddingError, MemoryNotFound
 from memstream.records import Source
@@ -156,6 +158,31 @@ async def test_stats_count_kinds_histogram_fallbacks_and_usage(
     assert usage["rater"].calls == 6  # the reply is observed (and rated) too
     assert (await memory.stats()).counts.observations == 6
 
+
+async def test_stats_as_json_keep_the_keys_and_order_the_cli_prints(memory: MemoryStream, chat: ScriptedChat,
+                                                                    clock: FakeClock) -> None:
+    chat.on(RATER, "4")
+    await memory.observe("a")
+    await memory.store.save_reflection("default", [], to_timestamp(clock.now()))
+    await memory.store.count_fault("default", "rating_fallback")
+    chat.fail_with = CompletionError("down", retryable=True)
+    with pytest.raises(CompletionError):
+        await memory.observe("b")
+    stats = await memory.stats()
+    everything = stats.to_json()
+    assert list(everything) == ["observations", "reflections", "pending", "fallback", "histogram", "failed_attempts",
+                                "next_retry_at", "usage", "faults", "retries"]
+    assert [everything[key] for key in ("observations", "reflections", "pending", "fallback")] == [2, 0, 1, 0]
+    assert everything["histogram"] == {**{str(i): 0 for i in range(1, 11)}, "4": 1}
+    assert stats.pending.next_retry_at is not None and everything["failed_attempts"] == 1
+    assert everything["next_retry_at"] == stats.pending.next_retry_at.isoformat()
+    assert list(everything["usage"]["rater"]) == ["calls", "failures", "prompt_tokens", "completion_tokens"]
+    assert everything["usage"]["rater"]["failures"] == 1 and everything["faults"] == {"rating_fallback": 1}
+    one = (await memory.stats("default")).to_json()
+    assert list(one) == [*everything, "importance_since_reflection", "reflection_threshold", "last_reflection_at",
+                         "reflections_run", "reflections_skipped"]
+    assert [one[key] for key in list(one)[-5:]] == [0, 150, "2023-02-13T08:00:00+00:00", 1, 0]
+    assert json.loads(json.dumps(one)) == one  # plain JSON data
 
 async def test_concurrent_reflections_on_one_stream_run_once(make_memory: MakeMemory, chat: ScriptedChat) -> None:
     memory = make_memory(config=StreamConfig(reflection_threshold=10), auto_reflect=False)
