@@ -15,6 +15,7 @@ from memstream.clock import from_timestamp, to_timestamp
 from memstream.errors import MemoryNotFound, MigrationError, StoreError
 from memstream.records import ReplyTrace, RoleUsage, Source, TraceItem
 from memstream.store import NewMemory, NewTrace, Store, all_migrations, deferred_touches, sqlite_module
+from memstream.store.chunks import CHUNK, chunks
 from tests.memstream.helpers import run_sql, trace_item
 
 MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
@@ -378,3 +379,10 @@ async def test_a_retrieval_of_more_ids_than_one_statement_holds(store: Store) ->
     assert sorted(found) == ids
     assert {to_timestamp(m.last_accessed_at) for m in (await store.get_many(ids)).values()} == {T0 + 60}
     assert (await store.usage("default"))["embedding"].calls == 1
+
+
+def test_long_lists_of_ids_go_in_chunks_of_one_statement_each() -> None:
+    assert list(chunks(range(7), 3)) == [[0, 1, 2], [3, 4, 5], [6]]
+    assert list(chunks(iter("ab"), 2)) == [["a", "b"]]  # any iterable, in order
+    assert list(chunks([])) == []
+    assert [len(chunk) for chunk in chunks(range(1001))] == [CHUNK, CHUNK, 1]

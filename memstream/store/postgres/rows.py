@@ -12,6 +12,7 @@ from psycopg.errors import DeadlockDetected
 from memstream.clock import from_timestamp
 from memstream.errors import MemoryNotFound, StoreError
 from memstream.records import Memory, Source
+from memstream.store.chunks import chunks
 from memstream.store.policy import RETRY_BASE_SECONDS, RETRY_CAP_SECONDS, collected_touches
 from memstream.store.postgres.counters import Counters
 from memstream.store.postgres.presence import LIVE_OWNERS
@@ -26,6 +27,7 @@ COLUMNS = ("id, stream, kind, text, created_at, last_accessed_at, importance, im
 # and lets it go: count_attempt).
 CLAIM_SECONDS = 300.0
 _DEADLOCK_TRIES = 5
+_ARRAY = 5000  # ids a query passes as one array parameter (no limit of bound parameters to keep under)
 _NOW = "extract(epoch FROM clock_timestamp())"
 _INSERT = ("INSERT INTO memories (stream, kind, text, created_at, last_accessed_at, importance, importance_source, "
            "depth, author, author_id, channel, channel_id, message_id, status, embedding, claimed_until, claimed_by) "
@@ -63,10 +65,6 @@ def memory_row(row: Sequence[Any]) -> Memory:
                       message_id=row[13]),
         status=row[14], number=row[15],
     )
-
-
-def _chunks(items: Sequence[Any], size: int = 5000) -> list[list[Any]]:
-    return [list(items[i:i + size]) for i in range(0, len(items), size)]
 
 
 class Rows(Counters):
@@ -226,7 +224,7 @@ class Rows(Counters):
             by_stream.setdefault(stream, []).append(message_id)
         found: dict[tuple[str, str], int] = {}
         for stream, message_ids in by_stream.items():
-            for chunk in _chunks(sorted(set(message_ids))):
+            for chunk in chunks(sorted(set(message_ids)), _ARRAY):
                 rows = await self._rows("SELECT message_id, id FROM memories WHERE stream = %s AND "
                                         "message_id = ANY(%s)", (stream, chunk))
                 found.update(((stream, row[0]), int(row[1])) for row in rows)
@@ -248,7 +246,7 @@ class Rows(Counters):
     async def get_many(self, ids: Sequence[int]) -> dict[int, Memory]:
         """Memories by id (missing ones are left out)."""
         found: dict[int, Memory] = {}
-        for chunk in _chunks([int(i) for i in ids]):
+        for chunk in chunks((int(i) for i in ids), _ARRAY):
             for row in await self._rows(f"SELECT {COLUMNS} FROM memories WHERE id = ANY(%s)", (chunk,)):
                 found[int(row[0])] = memory_row(row)
         return found
@@ -320,7 +318,7 @@ class Rows(Counters):
     async def by_message(self, message_ids: Sequence[str]) -> list[int]:
         """Ids of the memories made from these Discord messages, in any stream."""
         found: list[int] = []
-        for chunk in _chunks(list(message_ids)):
+        for chunk in chunks(message_ids, _ARRAY):
             rows = await self._rows("SELECT id FROM memories WHERE message_id = ANY(%s) ORDER BY id", (chunk,))
             found.extend(int(row[0]) for row in rows)
         return found

@@ -11,6 +11,7 @@ import numpy.typing as npt
 from memstream.clock import from_timestamp
 from memstream.errors import MemoryNotFound
 from memstream.records import Memory, Source
+from memstream.store.chunks import CHUNK, chunks
 from memstream.store.policy import RETRY_BASE_SECONDS, RETRY_CAP_SECONDS, collected_touches
 from memstream.store.records import NewMemory, UsageRow
 from memstream.store.sqlite.counters import DAILY_USAGE, USAGE, Counters
@@ -141,9 +142,7 @@ class Rows(Counters):
             by_stream.setdefault(stream, []).append(message_id)
         found: dict[tuple[str, str], int] = {}
         for stream, message_ids in by_stream.items():
-            unique = sorted(set(message_ids))
-            for start in range(0, len(unique), 500):
-                chunk = unique[start:start + 500]
+            for chunk in chunks(sorted(set(message_ids))):
                 async with self.conn.execute(
                     f"SELECT message_id, id FROM memories WHERE stream = ? AND message_id IN "
                     f"({','.join('?' * len(chunk))})", (stream, *chunk)
@@ -206,7 +205,7 @@ class Rows(Counters):
         the touch); their last access becomes `at` (collected inside `deferred_touches()`, as `touch`) and
         `usage` is added, in one write: all of it one hop to SQLite's thread."""
         ids = [int(i) for i in ids]
-        if len(ids) > 500:  # more than one statement's worth of ids: the plain calls, one write
+        if len(ids) > CHUNK:  # more than one statement's worth of ids: the plain calls, one write
             async with self.transaction():
                 found = await self.get_many(ids)
                 await self.touch(ids, at)
@@ -266,8 +265,7 @@ class Rows(Counters):
     async def get_many(self, ids: Sequence[int]) -> dict[int, Memory]:
         """Memories by id (missing ones are left out)."""
         found: dict[int, Memory] = {}
-        for start in range(0, len(ids), 500):
-            chunk = list(ids[start:start + 500])
+        for chunk in chunks(ids):
             marks = ",".join("?" * len(chunk))
             for row in await self.conn.execute_fetchall(f"SELECT {_COLUMNS} FROM memories WHERE id IN ({marks})",
                                                         chunk):  # one round trip to SQLite's thread
@@ -292,7 +290,8 @@ class Rows(Counters):
         sql = (f"SELECT {_COLUMNS} FROM memories WHERE status = 'pending' AND (? IS NULL OR next_attempt_at IS NULL "
                "OR next_attempt_at <= ?)")
         found: list[Memory] = []
-        for chunk in [None] if streams is None else [streams[i:i + 500] for i in range(0, len(streams), 500)]:
+        groups: list[list[str] | None] = [None] if streams is None else list(chunks(streams))
+        for chunk in groups:
             where = "" if chunk is None else f" AND stream IN ({','.join('?' * len(chunk))})"
             async with self.conn.execute(f"{sql}{where} ORDER BY id LIMIT ?",
                                          (due_at, due_at, *(chunk or ()), limit)) as cur:
@@ -336,8 +335,7 @@ class Rows(Counters):
     async def by_message(self, message_ids: Sequence[str]) -> list[int]:
         """Ids of the memories made from these Discord messages, in any stream."""
         found: list[int] = []
-        for start in range(0, len(message_ids), 500):
-            chunk = list(message_ids[start:start + 500])
+        for chunk in chunks(message_ids):
             marks = ",".join("?" * len(chunk))
             async with self.conn.execute(f"SELECT id FROM memories WHERE message_id IN ({marks})", chunk) as cur:
                 found.extend(row[0] for row in await cur.fetchall())
