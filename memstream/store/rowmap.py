@@ -1,5 +1,5 @@
-"""Records to and from the rows both backends' queries give, written once: a reply's trace (its items' JSON
-lives only here), a stream's state, counts of memories, pending memories and model usage."""
+"""Records to and from the rows both backends' queries give, written once: a memory, a reply's trace (its items'
+JSON lives only here), a stream's state, counts of memories, pending memories and model usage."""
 
 from __future__ import annotations
 
@@ -8,11 +8,15 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from memstream.clock import from_timestamp
-from memstream.records import Counts, PendingState, ReplyTrace, RoleUsage, StreamState, TraceItem
+from memstream.records import Counts, Memory, PendingState, ReplyTrace, RoleUsage, Source, StreamState, TraceItem
 from memstream.store.records import NewTrace
 
-__all__ = ["STATE_COLUMNS", "TRACE_COLUMNS", "TRACE_FIELDS", "counts_from_rows", "pending_from_row",
-           "state_from_row", "trace_from_row", "trace_item_rows", "trace_row", "usage_from_row"]
+__all__ = ["MEMORY_COLUMNS", "STATE_COLUMNS", "TRACE_COLUMNS", "TRACE_FIELDS", "counts_from_rows", "memory_row",
+           "pending_from_row", "state_from_row", "trace_from_row", "trace_item_rows", "trace_row", "usage_from_row"]
+
+# The columns of memories that memory_row reads, in its order.
+MEMORY_COLUMNS = ("id, stream, kind, text, created_at, last_accessed_at, importance, importance_source, depth, "
+                  "author, author_id, channel, channel_id, message_id, status, number")
 
 # The columns of reply_traces that trace_row gives values for, in its order.
 TRACE_FIELDS = ("stream, created_at, query, reply_memory_id, items, query_memory_id, query_message_id, "
@@ -22,6 +26,18 @@ TRACE_COLUMNS = f"id, message_id, {TRACE_FIELDS}"
 # The columns of stream_state that state_from_row reads, in its order.
 STATE_COLUMNS = "importance_since_reflection, last_reflection_at, reflections, skipped_reflections"
 _ITEM_KEYS = ("id", "score", "recency", "importance", "relevance", "cosine")  # a trace item in its JSON
+
+
+def memory_row(row: Sequence[Any]) -> Memory:
+    """A Memory from a row of MEMORY_COLUMNS."""
+    return Memory(
+        id=int(row[0]), stream=row[1], kind=row[2], text=row[3],
+        created_at=from_timestamp(row[4]), last_accessed_at=from_timestamp(row[5]),
+        importance=row[6], importance_source=row[7], depth=row[8],
+        source=Source(author=row[9], author_id=row[10], channel=row[11], channel_id=row[12],
+                      message_id=row[13]),
+        status=row[14], number=row[15],
+    )
 
 
 def trace_row(trace: NewTrace) -> tuple[Any, ...]:

@@ -8,18 +8,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from memstream.clock import from_timestamp
 from memstream.errors import MemoryNotFound
-from memstream.records import Memory, Source
+from memstream.records import Memory
 from memstream.store.chunks import CHUNK, chunks
 from memstream.store.policy import RETRY_BASE_SECONDS, RETRY_CAP_SECONDS, collected_touches
 from memstream.store.records import NewMemory, UsageRow
+from memstream.store.rowmap import MEMORY_COLUMNS, memory_row
 from memstream.store.sqlite.counters import DAILY_USAGE, USAGE, Counters
 
 __all__ = ["Rows", "to_blob"]
-
-_COLUMNS = ("id, stream, kind, text, created_at, last_accessed_at, importance, importance_source, depth, "
-            "author, author_id, channel, channel_id, message_id, status, number")
 
 _INSERT = ("INSERT INTO memories (stream, kind, text, created_at, last_accessed_at, importance, importance_source, "
            "depth, author, author_id, channel, channel_id, message_id, status, embedding) "
@@ -36,17 +33,6 @@ def _insert_row(m: NewMemory) -> tuple[Any, ...]:
 def to_blob(vector: npt.NDArray[np.float32]) -> bytes:
     """A vector in sqlite-vec's float32 format."""
     return np.ascontiguousarray(vector, dtype="<f4").tobytes()
-
-
-def _memory(row: Sequence[Any]) -> Memory:
-    return Memory(
-        id=row[0], stream=row[1], kind=row[2], text=row[3],
-        created_at=from_timestamp(row[4]), last_accessed_at=from_timestamp(row[5]),
-        importance=row[6], importance_source=row[7], depth=row[8],
-        source=Source(author=row[9], author_id=row[10], channel=row[11], channel_id=row[12],
-                      message_id=row[13]),
-        status=row[14], number=row[15],
-    )
 
 
 class Rows(Counters):
@@ -220,7 +206,7 @@ class Rows(Counters):
         usage = list(usage)
 
         def read_and_write(conn: Any) -> list[Any]:
-            rows = conn.execute(f"SELECT {_COLUMNS} FROM memories WHERE id IN ({marks})", ids).fetchall()
+            rows = conn.execute(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id IN ({marks})", ids).fetchall()
             if not (touching and rows) and not usage:
                 return list(rows)
             began = not conn.in_transaction  # else another task's open transaction: joined, as by `touch`
@@ -242,16 +228,16 @@ class Rows(Counters):
 
         if not ids and not usage:
             return {}
-        return {int(row[0]): _memory(row) for row in await self.conn.run(read_and_write)}
+        return {int(row[0]): memory_row(row) for row in await self.conn.run(read_and_write)}
 
     async def get(self, memory_id: int, *, stream: str | None = None) -> Memory:
         """One memory by id (restricted to `stream` when given)."""
-        async with self.conn.execute(f"SELECT {_COLUMNS} FROM memories WHERE id = ?", (memory_id,)) as cur:
+        async with self.conn.execute(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = ?", (memory_id,)) as cur:
             row = await cur.fetchone()
         if row is None or (stream is not None and row[1] != stream):
             where = f" in stream {stream!r}" if stream is not None else ""
             raise MemoryNotFound(f"no memory #{memory_id}{where}", memory_id=memory_id)
-        return _memory(row)
+        return memory_row(row)
 
     async def by_number(self, stream: str, number: int) -> int:
         """The id of the memory a stream shows as #number (MemoryNotFound if there is none)."""
@@ -267,9 +253,9 @@ class Rows(Counters):
         found: dict[int, Memory] = {}
         for chunk in chunks(ids):
             marks = ",".join("?" * len(chunk))
-            for row in await self.conn.execute_fetchall(f"SELECT {_COLUMNS} FROM memories WHERE id IN ({marks})",
+            for row in await self.conn.execute_fetchall(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id IN ({marks})",
                                                         chunk):  # one round trip to SQLite's thread
-                found[row[0]] = _memory(row)
+                found[row[0]] = memory_row(row)
         return found
 
     async def recent(self, stream: str, limit: int, *, offset: int = 0, include_pending: bool = False,
@@ -277,25 +263,25 @@ class Rows(Counters):
         """The most recent memories of a stream (of one kind, if given), newest first."""
         status = "" if include_pending else "AND status = 'ready'"
         async with self.conn.execute(
-            f"SELECT {_COLUMNS} FROM memories WHERE stream = ?1 {status} AND (?2 IS NULL OR kind = ?2) "
+            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE stream = ?1 {status} AND (?2 IS NULL OR kind = ?2) "
             "ORDER BY created_at DESC, id DESC LIMIT ?3 OFFSET ?4", (stream, kind, limit, offset)
         ) as cur:
-            return [_memory(row) for row in await cur.fetchall()]
+            return [memory_row(row) for row in await cur.fetchall()]
 
     async def pending_memories(self, limit: int = 1000, *, due_at: float | None = None,
                                streams: Sequence[str] | None = None, claim: bool = False) -> list[Memory]:
         """Memories waiting for a rating or an embedding, oldest first; with `due_at`, only those whose
         next attempt is due by then; with `streams`, only those of these streams (500 keys a query).
         `claim` changes nothing here (see Store.pending_memories)."""
-        sql = (f"SELECT {_COLUMNS} FROM memories WHERE status = 'pending' AND (? IS NULL OR next_attempt_at IS NULL "
-               "OR next_attempt_at <= ?)")
+        sql = (f"SELECT {MEMORY_COLUMNS} FROM memories WHERE status = 'pending' AND (? IS NULL OR "
+               "next_attempt_at IS NULL OR next_attempt_at <= ?)")
         found: list[Memory] = []
         groups: list[list[str] | None] = [None] if streams is None else list(chunks(streams))
         for chunk in groups:
             where = "" if chunk is None else f" AND stream IN ({','.join('?' * len(chunk))})"
             async with self.conn.execute(f"{sql}{where} ORDER BY id LIMIT ?",
                                          (due_at, due_at, *(chunk or ()), limit)) as cur:
-                found += [_memory(row) for row in await cur.fetchall()]
+                found += [memory_row(row) for row in await cur.fetchall()]
         return sorted(found, key=lambda m: m.id)[:limit]
 
     async def by_author(self, stream: str, author_id: str) -> list[int]:
@@ -310,10 +296,10 @@ class Rows(Counters):
         """The observations made from one author's messages, oldest first: in one stream, or in every one."""
         where, args = ("stream = ? AND ", [stream]) if stream is not None else ("", [])
         async with self.conn.execute(
-            f"SELECT {_COLUMNS} FROM memories WHERE {where}author_id = ? AND kind = 'observation' "
+            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE {where}author_id = ? AND kind = 'observation' "
             "ORDER BY created_at, id", [*args, author_id],
         ) as cur:
-            return [_memory(row) for row in await cur.fetchall()]
+            return [memory_row(row) for row in await cur.fetchall()]
 
     async def stream_pages(self, stream: str, *, page: int = 1000) -> AsyncIterator[list[Memory]]:
         """Every memory of a stream, pending ones too, oldest first, a page at a time (a long stream is never
@@ -323,13 +309,13 @@ class Rows(Counters):
             where, args = ("", []) if after is None else (
                 "AND (created_at > ? OR (created_at = ? AND id > ?))", [after[0], after[0], after[1]])
             async with self.conn.execute(
-                f"SELECT {_COLUMNS} FROM memories WHERE stream = ? {where} ORDER BY created_at, id LIMIT ?",
+                f"SELECT {MEMORY_COLUMNS} FROM memories WHERE stream = ? {where} ORDER BY created_at, id LIMIT ?",
                 [stream, *args, page],
             ) as cur:
                 rows = list(await cur.fetchall())
             if not rows:
                 return
-            yield [_memory(row) for row in rows]
+            yield [memory_row(row) for row in rows]
             after = (rows[-1][4], rows[-1][0])
 
     async def by_message(self, message_ids: Sequence[str]) -> list[int]:
