@@ -11,14 +11,15 @@ from memstream.clock import from_timestamp
 from memstream.records import Counts, Memory, PendingState, ReplyTrace, RoleUsage, Source, StreamState, TraceItem
 from memstream.store.records import NewTrace
 
-__all__ = ["MEMORY_COLUMNS", "STATE_COLUMNS", "TRACE_COLUMNS", "TRACE_FIELDS", "counts_from_rows", "memory_row",
-           "pending_from_row", "state_from_row", "trace_from_row", "trace_item_rows", "trace_row", "usage_from_row"]
+__all__ = ["MEMORY_COLUMNS", "STATE_COLUMNS", "TRACE_COLUMNS", "TRACE_FIELDS", "counts_from_rows", "memory_from_row",
+           "pending_from_row", "state_from_row", "trace_from_row", "trace_items_to_rows", "trace_to_row",
+           "usage_from_row"]
 
-# The columns of memories that memory_row reads, in its order.
+# The columns of memories that memory_from_row reads, in its order.
 MEMORY_COLUMNS = ("id, stream, kind, text, created_at, last_accessed_at, importance, importance_source, depth, "
                   "author, author_id, channel, channel_id, message_id, status, number")
 
-# The columns of reply_traces that trace_row gives values for, in its order.
+# The columns of reply_traces that trace_to_row gives values for, in its order.
 TRACE_FIELDS = ("stream, created_at, query, reply_memory_id, items, query_memory_id, query_message_id, "
                 "query_author_id")
 # The columns trace_from_row reads, in its order.
@@ -28,7 +29,7 @@ STATE_COLUMNS = "importance_since_reflection, last_reflection_at, reflections, s
 _ITEM_KEYS = ("id", "score", "recency", "importance", "relevance", "cosine")  # a trace item in its JSON
 
 
-def memory_row(row: Sequence[Any]) -> Memory:
+def memory_from_row(row: Sequence[Any]) -> Memory:
     """A Memory from a row of MEMORY_COLUMNS."""
     return Memory(
         id=int(row[0]), stream=row[1], kind=row[2], text=row[3],
@@ -40,7 +41,7 @@ def memory_row(row: Sequence[Any]) -> Memory:
     )
 
 
-def trace_row(trace: NewTrace) -> tuple[Any, ...]:
+def trace_to_row(trace: NewTrace) -> tuple[Any, ...]:
     """The values of TRACE_FIELDS for a trace (its items as one JSON list)."""
     items = [dict(zip(_ITEM_KEYS, (i.memory_id, i.score, i.recency, i.importance, i.relevance, i.cosine),
                       strict=True)) for i in trace.items]
@@ -48,7 +49,7 @@ def trace_row(trace: NewTrace) -> tuple[Any, ...]:
             trace.query_message_id, trace.query_author_id)
 
 
-def trace_item_rows(trace: NewTrace, trace_id: int) -> list[tuple[int, int]]:
+def trace_items_to_rows(trace: NewTrace, trace_id: int) -> list[tuple[int, int]]:
     """The (memory id, trace id) rows of trace_items: which traces a deleted memory takes with it."""
     return [(item.memory_id, trace_id) for item in trace.items]
 

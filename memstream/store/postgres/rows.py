@@ -16,7 +16,7 @@ from memstream.store.policy import RETRY_BASE_SECONDS, RETRY_CAP_SECONDS, collec
 from memstream.store.postgres.counters import Counters
 from memstream.store.postgres.presence import LIVE_OWNERS
 from memstream.store.records import NewMemory, UsageRow
-from memstream.store.rowmap import MEMORY_COLUMNS, memory_row
+from memstream.store.rowmap import MEMORY_COLUMNS, memory_from_row
 
 __all__ = ["CLAIM_SECONDS", "Rows"]
 
@@ -227,14 +227,14 @@ class Rows(Counters):
         if row is None or (stream is not None and row[1] != stream):
             where = f" in stream {stream!r}" if stream is not None else ""
             raise MemoryNotFound(f"no memory #{memory_id}{where}", memory_id=memory_id)
-        return memory_row(row)
+        return memory_from_row(row)
 
     async def get_many(self, ids: Sequence[int]) -> dict[int, Memory]:
         """Memories by id (missing ones are left out)."""
         found: dict[int, Memory] = {}
         for chunk in chunks((int(i) for i in ids), _ARRAY):
             for row in await self._rows(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = ANY(%s)", (chunk,)):
-                found[int(row[0])] = memory_row(row)
+                found[int(row[0])] = memory_from_row(row)
         return found
 
     async def by_number(self, stream: str, number: int) -> int:
@@ -252,7 +252,7 @@ class Rows(Counters):
                                 "(%(kind)s::text IS NULL OR kind = %(kind)s::text) ORDER BY created_at DESC, id DESC "
                                 "LIMIT %(limit)s OFFSET %(offset)s",
                                 {"stream": stream, "kind": kind, "limit": limit, "offset": offset})
-        return [memory_row(row) for row in rows]
+        return [memory_from_row(row) for row in rows]
 
     async def pending_memories(self, limit: int = 1000, *, due_at: float | None = None,
                                streams: Sequence[str] | None = None, claim: bool = False) -> list[Memory]:
@@ -266,14 +266,14 @@ class Rows(Counters):
         if not claim:
             rows = await self._rows(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE status = 'pending' {due} "
                                     "ORDER BY id LIMIT %(limit)s", args)
-            return [memory_row(row) for row in rows]
+            return [memory_from_row(row) for row in rows]
         args["owner"] = await self.presence.owner()
         rows = await self._rows(
             f"WITH live (owner) AS MATERIALIZED ({LIVE_OWNERS}) "
             f"UPDATE memories SET claimed_until = {_NOW} + {CLAIM_SECONDS}, claimed_by = %(owner)s WHERE id IN "
             f"(SELECT id FROM memories WHERE status = 'pending' {due} AND {_FREE} "
             f"ORDER BY id LIMIT %(limit)s FOR UPDATE OF memories SKIP LOCKED) RETURNING {MEMORY_COLUMNS}", args)
-        return sorted((memory_row(row) for row in rows), key=lambda m: m.id)
+        return sorted((memory_from_row(row) for row in rows), key=lambda m: m.id)
 
     async def by_author(self, stream: str, author_id: str) -> list[int]:
         """Ids of the observations made from one author's messages in a stream."""
@@ -286,7 +286,7 @@ class Rows(Counters):
         where, args = ("stream = %s AND ", [stream]) if stream is not None else ("", [])
         rows = await self._rows(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE {where}author_id = %s AND "
                                 "kind = 'observation' ORDER BY created_at, id", [*args, author_id])
-        return [memory_row(row) for row in rows]
+        return [memory_from_row(row) for row in rows]
 
     async def stream_pages(self, stream: str, *, page: int = 1000) -> AsyncIterator[list[Memory]]:
         """Every memory of a stream, pending ones too, oldest first, a page at a time."""
@@ -298,7 +298,7 @@ class Rows(Counters):
                                     "ORDER BY created_at, id LIMIT %s", [stream, *args, page])
             if not rows:
                 return
-            yield [memory_row(row) for row in rows]
+            yield [memory_from_row(row) for row in rows]
             after = (rows[-1][4], int(rows[-1][0]))
 
     async def by_message(self, message_ids: Sequence[str]) -> list[int]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from memstream.store.postgres.evidence import Evidence
 from memstream.store.records import NewTrace
-from memstream.store.rowmap import TRACE_COLUMNS, TRACE_FIELDS, trace_item_rows, trace_row
+from memstream.store.rowmap import TRACE_COLUMNS, TRACE_FIELDS, trace_items_to_rows, trace_to_row
 from memstream.store.walks import TraceLookup
 
 __all__ = ["Traces"]
@@ -20,11 +20,11 @@ class Traces(TraceLookup, Evidence):
         """Record what a reply was built from, and which message (whose) it answered."""
         async with self.transaction():
             row = await self._row(f"INSERT INTO reply_traces ({TRACE_FIELDS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
-                                  "RETURNING id", trace_row(trace))
+                                  "RETURNING id", trace_to_row(trace))
             assert row is not None
             trace_id = int(row[0])
             await self._many("INSERT INTO trace_items (memory_id, trace_id) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                             trace_item_rows(trace, trace_id))
+                             trace_items_to_rows(trace, trace_id))
         return trace_id
 
     async def delete_trace(self, trace_id: int) -> None:

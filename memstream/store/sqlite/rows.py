@@ -13,7 +13,7 @@ from memstream.records import Memory
 from memstream.store.chunks import CHUNK, chunks
 from memstream.store.policy import RETRY_BASE_SECONDS, RETRY_CAP_SECONDS, collected_touches
 from memstream.store.records import NewMemory, UsageRow
-from memstream.store.rowmap import MEMORY_COLUMNS, memory_row
+from memstream.store.rowmap import MEMORY_COLUMNS, memory_from_row
 from memstream.store.sqlite.counters import DAILY_USAGE, USAGE, Counters
 
 __all__ = ["Rows", "to_blob"]
@@ -228,7 +228,7 @@ class Rows(Counters):
 
         if not ids and not usage:
             return {}
-        return {int(row[0]): memory_row(row) for row in await self.conn.run(read_and_write)}
+        return {int(row[0]): memory_from_row(row) for row in await self.conn.run(read_and_write)}
 
     async def get(self, memory_id: int, *, stream: str | None = None) -> Memory:
         """One memory by id (restricted to `stream` when given)."""
@@ -237,7 +237,7 @@ class Rows(Counters):
         if row is None or (stream is not None and row[1] != stream):
             where = f" in stream {stream!r}" if stream is not None else ""
             raise MemoryNotFound(f"no memory #{memory_id}{where}", memory_id=memory_id)
-        return memory_row(row)
+        return memory_from_row(row)
 
     async def by_number(self, stream: str, number: int) -> int:
         """The id of the memory a stream shows as #number (MemoryNotFound if there is none)."""
@@ -255,7 +255,7 @@ class Rows(Counters):
             marks = ",".join("?" * len(chunk))
             for row in await self.conn.execute_fetchall(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id IN ({marks})",
                                                         chunk):  # one round trip to SQLite's thread
-                found[row[0]] = memory_row(row)
+                found[row[0]] = memory_from_row(row)
         return found
 
     async def recent(self, stream: str, limit: int, *, offset: int = 0, include_pending: bool = False,
@@ -266,7 +266,7 @@ class Rows(Counters):
             f"SELECT {MEMORY_COLUMNS} FROM memories WHERE stream = ?1 {status} AND (?2 IS NULL OR kind = ?2) "
             "ORDER BY created_at DESC, id DESC LIMIT ?3 OFFSET ?4", (stream, kind, limit, offset)
         ) as cur:
-            return [memory_row(row) for row in await cur.fetchall()]
+            return [memory_from_row(row) for row in await cur.fetchall()]
 
     async def pending_memories(self, limit: int = 1000, *, due_at: float | None = None,
                                streams: Sequence[str] | None = None, claim: bool = False) -> list[Memory]:
@@ -281,7 +281,7 @@ class Rows(Counters):
             where = "" if chunk is None else f" AND stream IN ({','.join('?' * len(chunk))})"
             async with self.conn.execute(f"{sql}{where} ORDER BY id LIMIT ?",
                                          (due_at, due_at, *(chunk or ()), limit)) as cur:
-                found += [memory_row(row) for row in await cur.fetchall()]
+                found += [memory_from_row(row) for row in await cur.fetchall()]
         return sorted(found, key=lambda m: m.id)[:limit]
 
     async def by_author(self, stream: str, author_id: str) -> list[int]:
@@ -299,7 +299,7 @@ class Rows(Counters):
             f"SELECT {MEMORY_COLUMNS} FROM memories WHERE {where}author_id = ? AND kind = 'observation' "
             "ORDER BY created_at, id", [*args, author_id],
         ) as cur:
-            return [memory_row(row) for row in await cur.fetchall()]
+            return [memory_from_row(row) for row in await cur.fetchall()]
 
     async def stream_pages(self, stream: str, *, page: int = 1000) -> AsyncIterator[list[Memory]]:
         """Every memory of a stream, pending ones too, oldest first, a page at a time (a long stream is never
@@ -315,7 +315,7 @@ class Rows(Counters):
                 rows = list(await cur.fetchall())
             if not rows:
                 return
-            yield [memory_row(row) for row in rows]
+            yield [memory_from_row(row) for row in rows]
             after = (rows[-1][4], rows[-1][0])
 
     async def by_message(self, message_ids: Sequence[str]) -> list[int]:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from memstream.store.records import NewTrace
-from memstream.store.rowmap import TRACE_COLUMNS, TRACE_FIELDS, trace_item_rows, trace_row
+from memstream.store.rowmap import TRACE_COLUMNS, TRACE_FIELDS, trace_items_to_rows, trace_to_row
 from memstream.store.sqlite.evidence import Evidence
 from memstream.store.walks import TraceLookup
 
@@ -20,10 +20,10 @@ class Traces(TraceLookup, Evidence):
         """Record what a reply was built from, and which message (whose) it answered."""
         async with self.transaction():
             cursor = await self.conn.execute(
-                f"INSERT INTO reply_traces ({TRACE_FIELDS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", trace_row(trace))
+                f"INSERT INTO reply_traces ({TRACE_FIELDS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", trace_to_row(trace))
             assert cursor.lastrowid is not None
             await self.conn.executemany("INSERT OR IGNORE INTO trace_items (memory_id, trace_id) VALUES (?, ?)",
-                                        trace_item_rows(trace, cursor.lastrowid))
+                                        trace_items_to_rows(trace, cursor.lastrowid))
             return cursor.lastrowid
 
     async def delete_trace(self, trace_id: int) -> None:
