@@ -15,6 +15,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from memstream.config import StreamConfig
 from memstream.models.embed import OpenAIEmbedder
 from memstream.models.llm import Completion, OpenAIChat, make_client
 from memstream.models.roles import RoleModel
-from memstream.records import Source
+from memstream.records import RoleUsage, Source
 from memstream.store import Store
 from memstream.stream import MemoryStream, Observation
 from memstream.testing import FakeClock
@@ -163,9 +164,9 @@ async def run(n: int = 2000, latency: float = 0.05, concurrency: int | None = No
         "embed_batch_size": config.embed_batch_size, "seconds": elapsed, "per_second": n / elapsed,
         **at_server,
         "most_in_flight": gauge.most, "ready": sum(m.status == "ready" for m in memories),
-        "stored_ready": counts["observations"] - counts["pending"] - 1, "pending": counts["pending"],
+        "stored_ready": counts.observations - counts.pending - 1, "pending": counts.pending,
         "in_matrix": None if loaded is None else loaded.n - 1,
-        "usage": {role: {key: value - usage_before.get(role, {}).get(key, 0) for key, value in row.items()}
-                  for role, row in usage.items()},
-        "stats_usage": stats["usage"],
+        "usage": {role: {key: value - getattr(usage_before.get(role, RoleUsage()), key)
+                         for key, value in asdict(row).items()} for role, row in usage.items()},
+        "stats_usage": stats.to_json()["usage"],
     }

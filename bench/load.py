@@ -351,7 +351,7 @@ async def run_load(plan: Plan, *, network: str = "process", directory: Path | No
         report.mention_latency = result["latency"]
         report.answered = len(report.mention_latency)
         for stream in sent:
-            report.reflections += (await memory.stats(stream))["reflections_run"]
+            report.reflections += (await memory.store.state(stream)).reflections
     finally:
         gc.unfreeze()  # as it was (a test runs this in pytest's process)
         stop.set()

@@ -236,9 +236,9 @@ def two_writers(url: str, seconds: float = 60.0, rate: float = 50.0) -> dict[str
             counts = await store.counts()
             found = await store.find_messages([(f"guild:{i % 4}", f"m{i}") for i in range(total)])
             states = {s: await store.state(s) for s in await store.streams()}
-            return {"messages": total, "stored_messages": len(found), "observations": counts["observations"],
-                    "reflections_rows": counts["reflections"], "pending": counts["pending"],
-                    "reflections_counted": sum(s["reflections"] for s in states.values())}
+            return {"messages": total, "stored_messages": len(found), "observations": counts.observations,
+                    "reflections_rows": counts.reflections, "pending": counts.pending,
+                    "reflections_counted": sum(s.reflections for s in states.values())}
 
     held = asyncio.run(holds())
     ran = [r for result in results for r in result["reflections"]]

@@ -33,7 +33,20 @@ if _typing.TYPE_CHECKING:
     from memstream.models.roles import Models, RoleModel
     from memstream.prompts import Prompt, load_prompt
     from memstream.rate import Rater, Rating, parse_rating
-    from memstream.records import EvidenceNode, Memory, ScoredMemory, Source
+    from memstream.records import (
+        Counts,
+        EvidenceNode,
+        ExplainedReply,
+        Memory,
+        PendingState,
+        ReplyTrace,
+        RoleUsage,
+        ScoredMemory,
+        Source,
+        Stats,
+        StreamState,
+        TraceItem,
+    )
     from memstream.reflect import Insight, Reflection, Reflector, parse_citations, parse_insights, parse_questions
     from memstream.store import Store
     from memstream.stream import DEFAULT_STREAM, MemoryStream, Observation, Reply
@@ -52,7 +65,8 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "memstream.models.roles": ("Models", "RoleModel"),
     "memstream.prompts": ("Prompt", "load_prompt"),
     "memstream.rate": ("Rater", "Rating", "parse_rating"),
-    "memstream.records": ("EvidenceNode", "Memory", "ScoredMemory", "Source"),
+    "memstream.records": ("Counts", "EvidenceNode", "ExplainedReply", "Memory", "PendingState", "ReplyTrace",
+                          "RoleUsage", "ScoredMemory", "Source", "Stats", "StreamState", "TraceItem"),
     "memstream.reflect": ("Insight", "Reflection", "Reflector", "parse_citations", "parse_insights",
                           "parse_questions"),
     "memstream.index.retriever": ("Retriever", "rank", "rank_reference"),
@@ -71,10 +85,12 @@ __all__ = [
     "Completion",
     "CompletionError",
     "ConfigError",
+    "Counts",
     "DiscordConfig",
     "Embedder",
     "EmbeddingError",
     "EvidenceNode",
+    "ExplainedReply",
     "Insight",
     "Memory",
     "MemoryNotFound",
@@ -87,6 +103,7 @@ __all__ = [
     "Observation",
     "OpenAIChat",
     "OpenAIEmbedder",
+    "PendingState",
     "PersonaConfig",
     "Prompt",
     "PromptError",
@@ -96,12 +113,15 @@ __all__ = [
     "Reflection",
     "Reflector",
     "Reply",
+    "ReplyTrace",
     "Retriever",
     "RoleModel",
+    "RoleUsage",
     "SchemaTooNew",
     "ScoredMemory",
     "SentenceTransformerEmbedder",
     "Source",
+    "Stats",
     "Store",
     "StoreDamaged",
     "StoreError",
@@ -109,7 +129,9 @@ __all__ = [
     "StoreLocked",
     "StoreReadOnly",
     "StreamConfig",
+    "StreamState",
     "SystemClock",
+    "TraceItem",
     "format_time",
     "load_persona",
     "load_prompt",

@@ -1,13 +1,15 @@
 """Small records: a Memory, a ScoredMemory with its score parts, a Source, an Observation to make, an evidence
-tree."""
+tree; a reply's trace (what it was built from); a stream's state, counts and model usage, and its Stats."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Literal
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
 
-__all__ = ["DEFAULT_STREAM", "EvidenceNode", "Memory", "Observation", "ScoredMemory", "Source"]
+__all__ = ["DEFAULT_STREAM", "Counts", "EvidenceNode", "ExplainedReply", "Memory", "Observation", "PendingState",
+           "ReplyTrace", "RoleUsage", "ScoredMemory", "Source", "Stats", "StreamState", "TraceItem"]
 
 Kind = Literal["observation", "reflection"]
 DEFAULT_STREAM = "default"
@@ -71,3 +73,117 @@ class Observation:
     at: datetime | None = None
     importance: int | None = None
     source: Source = field(default_factory=Source)
+
+
+@dataclass(frozen=True)
+class TraceItem:
+    """One memory a reply's prompt held, with the score parts it was ranked by (as a ScoredMemory had them)."""
+
+    memory_id: int
+    score: float
+    recency: float
+    importance: float
+    relevance: float
+    cosine: float
+
+    @classmethod
+    def of(cls, scored: ScoredMemory) -> TraceItem:
+        """The trace item of a retrieved memory."""
+        return cls(scored.memory.id, float(scored.score), float(scored.recency), float(scored.importance),
+                   float(scored.relevance), float(scored.cosine))
+
+
+@dataclass(frozen=True)
+class ReplyTrace:
+    """What a reply was built from (the memories its prompt held, in the order given) and what it answered."""
+
+    id: int
+    stream: str
+    at: datetime
+    query: str  # the message answered
+    items: tuple[TraceItem, ...]
+    reply_memory_id: int | None = None  # the reply's own memory
+    message_id: str | None = None  # the first Discord message that carried the reply, once sent
+    query_memory_id: int | None = None  # the memory made from the message answered
+    query_message_id: str | None = None
+    query_author_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ExplainedReply:
+    """A reply's trace and, for each of its items, the memory (None where it was forgotten since)."""
+
+    trace: ReplyTrace
+    items: tuple[tuple[TraceItem, Memory | None], ...]
+
+
+@dataclass(frozen=True)
+class StreamState:
+    """A stream's progress towards its next reflection, and its reflections so far."""
+
+    importance_since_reflection: int = 0
+    last_reflection_at: datetime | None = None
+    reflections: int = 0
+    skipped_reflections: int = 0  # reflections that could not run (tried again later)
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Memories by kind and status, rated ones by importance (1..10, each present), fallback ratings."""
+
+    observations: int = 0
+    reflections: int = 0
+    pending: int = 0
+    fallback: int = 0
+    histogram: Mapping[int, int] = field(default_factory=lambda: dict.fromkeys(range(1, 11), 0))
+
+
+@dataclass(frozen=True)
+class PendingState:
+    """Memories waiting to be rated and embedded: how many, their failed attempts, the next retry due."""
+
+    count: int = 0
+    failed_attempts: int = 0
+    next_retry_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class RoleUsage:
+    """Model calls (failed ones among them) and tokens of one role."""
+
+    calls: int = 0
+    failures: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Stats:
+    """What MemoryStream.stats tells of one stream (with its reflection progress, `state`) or of all of them."""
+
+    counts: Counts
+    pending: PendingState
+    usage: Mapping[str, RoleUsage]  # by role
+    faults: Mapping[str, int]  # by kind
+    retries: Mapping[str, int]  # requests the model client retried, by role
+    reflection_threshold: int
+    state: StreamState | None = None  # one stream's; None for the whole store
+
+    def to_json(self) -> dict[str, Any]:
+        """The stats as JSON data (`memstream stats --json`): these keys, in this order."""
+        counts, pending = self.counts, self.pending
+        out: dict[str, Any] = {
+            "observations": counts.observations, "reflections": counts.reflections, "pending": pending.count,
+            "fallback": counts.fallback, "histogram": {str(k): n for k, n in counts.histogram.items()},
+            "failed_attempts": pending.failed_attempts,
+            "next_retry_at": None if pending.next_retry_at is None else pending.next_retry_at.isoformat(),
+            "usage": {role: asdict(use) for role, use in self.usage.items()}, "faults": dict(self.faults),
+            "retries": dict(self.retries)}
+        state = self.state
+        if state is not None:
+            last = state.last_reflection_at
+            out.update({"importance_since_reflection": state.importance_since_reflection,
+                        "reflection_threshold": self.reflection_threshold,
+                        "last_reflection_at": None if last is None else last.astimezone(UTC).isoformat(),
+                        "reflections_run": state.reflections, "reflections_skipped": state.skipped_reflections})
+        return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from memstream.records import EvidenceNode, Memory, ScoredMemory
+from memstream.records import EvidenceNode, Memory, PendingState, ScoredMemory, Stats
 
 if TYPE_CHECKING:
     from memstream.reflect import Reflection
@@ -94,7 +94,7 @@ def ranking_lines(items: Sequence[ScoredMemory]) -> list[str]:
     return lines
 
 
-def histogram_lines(counts: Mapping[str, int], width: int = 40) -> list[str]:
+def histogram_lines(counts: Mapping[int, int], width: int = 40) -> list[str]:
     """One bar per importance, scaled to the largest count (a count above zero shows at least a sliver)."""
     top = max(counts.values(), default=0)
     lines = []
@@ -110,21 +110,21 @@ def histogram_lines(counts: Mapping[str, int], width: int = 40) -> list[str]:
 # -- the parts of the stats and of a reflection that every surface writes alike --------------------------
 
 
-def pending_text(stats: Mapping[str, Any]) -> str:
+def pending_text(pending: PendingState) -> str:
     """How many memories wait for their model calls, and when they are tried again: "3 (2 failed attempt(s),
     next retry now)"."""
-    return (f"{stats['pending']} ({stats['failed_attempts']} failed attempt(s), next retry "
-            f"{stats['next_retry_at'] or 'now'})")
+    retry = "now" if pending.next_retry_at is None else pending.next_retry_at.isoformat()
+    return f"{pending.count} ({pending.failed_attempts} failed attempt(s), next retry {retry})"
 
 
-def usage_lines(stats: Mapping[str, Any], *, compact: bool = False) -> list[str]:
+def usage_lines(stats: Stats, *, compact: bool = False) -> list[str]:
     """A line per model role: calls, failures, client retries and tokens (`compact`: prompt+completion)."""
     lines = []
-    for role, usage in stats["usage"].items():
-        tokens = (f"{usage['prompt_tokens']}+{usage['completion_tokens']} tokens" if compact
-                  else f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion tokens")
-        lines.append(f"{role}: {usage['calls']} call(s), {usage['failures']} failed, "
-                     f"{stats['retries'].get(role, 0)} retried, {tokens}")
+    for role, usage in stats.usage.items():
+        tokens = (f"{usage.prompt_tokens}+{usage.completion_tokens} tokens" if compact
+                  else f"{usage.prompt_tokens} prompt + {usage.completion_tokens} completion tokens")
+        lines.append(f"{role}: {usage.calls} call(s), {usage.failures} failed, "
+                     f"{stats.retries.get(role, 0)} retried, {tokens}")
     return lines
 
 

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -24,15 +24,24 @@ from memstream.models.embed import Embedder, OpenAIEmbedder, SentenceTransformer
 from memstream.models.llm import ChatModel, Completion, OpenAIChat, make_client
 from memstream.models.roles import Models, RoleModel
 from memstream.rate import Rater
-from memstream.records import DEFAULT_STREAM, EvidenceNode, Memory, Observation, ScoredMemory, Source
+from memstream.records import (
+    DEFAULT_STREAM,
+    EvidenceNode,
+    ExplainedReply,
+    Memory,
+    Observation,
+    ScoredMemory,
+    Source,
+    Stats,
+    TraceItem,
+)
 from memstream.reflect import Reflection, Reflector
-from memstream.store import Store
+from memstream.store import NewTrace, Store
 
 __all__ = ["DEFAULT_STREAM", "MemoryStream", "Observation", "Reply", "connect_models"]
 
 log = logging.getLogger("memstream")
 ReflectionHook = Callable[[str], Awaitable[None]]
-ExplainedReply = tuple[dict[str, Any], list[tuple[dict[str, Any], Memory | None]]]
 
 
 @dataclass(frozen=True)
@@ -225,7 +234,7 @@ class MemoryStream:
 
     async def importance_total(self, stream: str = DEFAULT_STREAM) -> int:
         """The importance observed since the last reflection."""
-        return int((await self.store.state(stream))["importance_since_reflection"])
+        return (await self.store.state(stream)).importance_since_reflection
 
     async def reflection_due(self, stream: str = DEFAULT_STREAM) -> bool:
         """Whether the importance total has reached the threshold."""
@@ -309,11 +318,10 @@ class MemoryStream:
                 [(own_id, _)] = await self.ingest.persist([Observation(f"{self.name}: {text}", stream, when, None,
                                                                  reply_source or Source(author=self.name))])
                 own = await self.store.get(own_id)
-            trace = await self.store.save_trace(stream, to_timestamp(when), message, [
-                {"id": m.memory.id, "score": m.score, "recency": m.recency, "importance": m.importance,
-                 "relevance": m.relevance, "cosine": m.cosine} for m in memories
-            ], None if own is None else own.id, query_memory_id=None if incoming is None else incoming.id,
-                query_message_id=asked.message_id or exclude_message, query_author_id=asked.author_id)
+            trace = await self.store.save_trace(NewTrace(
+                stream, to_timestamp(when), message, tuple(TraceItem.of(m) for m in memories),
+                None if own is None else own.id, query_memory_id=None if incoming is None else incoming.id,
+                query_message_id=asked.message_id or exclude_message, query_author_id=asked.author_id))
         reply = Reply(text, prompt, memories, trace, own)
         if not defer_reply:
             await self.reply_sent(reply, [])
@@ -410,24 +418,16 @@ class MemoryStream:
                             stream: str | None = None) -> ExplainedReply | None:
         """What a reply was built from: its trace and each memory (None where since forgotten)."""
         trace = await self.store.trace(trace_id=trace_id, message_id=message_id)
-        if trace is None or (stream is not None and trace["stream"] != stream):
+        if trace is None or (stream is not None and trace.stream != stream):
             return None
-        found = await self.store.get_many([item["id"] for item in trace["items"]])
-        return trace, [(item, found.get(item["id"])) for item in trace["items"]]
+        found = await self.store.get_many([item.memory_id for item in trace.items])
+        return ExplainedReply(trace, tuple((item, found.get(item.memory_id)) for item in trace.items))
 
-    async def stats(self, stream: str | None = None) -> dict[str, Any]:
-        """Counts, importance histogram, fallbacks, the total towards the next reflection, model calls."""
-        out = await self.store.counts(stream)
-        out.update(await self.store.pending_state(stream))
-        out["usage"] = await self.store.usage(stream)
-        out["faults"] = await self.store.faults(stream)
-        out["retries"] = await self.store.retries(stream)
-        if stream is not None:
-            state = await self.store.state(stream)
-            out["importance_since_reflection"] = state["importance_since_reflection"]
-            out["reflection_threshold"] = self.config.reflection_threshold
-            last = state["last_reflection_at"]
-            out["last_reflection_at"] = None if last is None else last.astimezone(UTC).isoformat()
-            out["reflections_run"] = state["reflections"]
-            out["reflections_skipped"] = state["skipped_reflections"]
-        return out
+    async def stats(self, stream: str | None = None) -> Stats:
+        """Counts, importance histogram, fallbacks, the total towards the next reflection, model calls (of one
+        stream, with its reflection progress, or of every stream)."""
+        store = self.store
+        return Stats(counts=await store.counts(stream), pending=await store.pending_state(stream),
+                     usage=await store.usage(stream), faults=await store.faults(stream),
+                     retries=await store.retries(stream), reflection_threshold=self.config.reflection_threshold,
+                     state=None if stream is None else await store.state(stream))

@@ -73,12 +73,11 @@ class MemoryCog(commands.Cog):
             await interaction.followup.send("That message is not one of my replies here (or I have forgotten "
                                             "what it was built from).", ephemeral=True)
             return
-        trace, items = found
-        lines = [f"Asked: “{' '.join(trace['query'].split())[:200]}” — built from:"]
+        lines = [f"Asked: “{' '.join(found.trace.query.split())[:200]}” — built from:"]
         tz = self.bot.persona.tz
-        for n, (part, mem) in enumerate(items, 1):
-            head = (f"**{n}.** score {part['score']:.2f} (rec {part['recency']:.2f} · imp {part['importance']:.2f}"
-                    f" · rel {part['relevance']:.2f}) ")
+        for n, (part, mem) in enumerate(found.items, 1):
+            head = (f"**{n}.** score {part.score:.2f} (rec {part.recency:.2f} · imp {part.importance:.2f}"
+                    f" · rel {part.relevance:.2f}) ")
             if mem is None:
                 lines.append(head + "(a memory since forgotten)")
                 continue
@@ -151,18 +150,20 @@ class MemoryCog(commands.Cog):
     @app_commands.command(name="memory-stats")
     async def memory_stats(self, interaction: Interaction) -> None:
         """Counts, importance histogram, fallback ratings, progress to the next reflection, model calls."""
-        data = await self.bot.memory.stats(_stream(interaction))
-        hist = " ".join(f"{k}:{v}" for k, v in data["histogram"].items())
-        lines = [f"Observations {data['observations']} · insights {data['reflections']} · "
-                 f"pending {data['pending']} · fallback ratings {data['fallback']}",
+        stats = await self.bot.memory.stats(_stream(interaction))
+        counts, pending, state = stats.counts, stats.pending, stats.state
+        assert state is not None  # one stream's stats
+        hist = " ".join(f"{k}:{v}" for k, v in counts.histogram.items())
+        lines = [f"Observations {counts.observations} · insights {counts.reflections} · "
+                 f"pending {pending.count} · fallback ratings {counts.fallback}",
                  f"Importance: {hist}",
-                 f"Towards the next reflection: {data['importance_since_reflection']}/{data['reflection_threshold']}"
-                 f" (run {data['reflections_run']}, failed/skipped {data['reflections_skipped']})"]
-        if data["pending"]:
-            lines.append(f"Pending: {pending_text(data)}")
-        lines += usage_lines(data, compact=True)
-        if data["faults"]:
-            lines.append(f"Faults: {faults_text(data['faults'])}")
+                 f"Towards the next reflection: {state.importance_since_reflection}/{stats.reflection_threshold}"
+                 f" (run {state.reflections}, failed/skipped {state.skipped_reflections})"]
+        if pending.count:
+            lines.append(f"Pending: {pending_text(pending)}")
+        lines += usage_lines(stats, compact=True)
+        if stats.faults:
+            lines.append(f"Faults: {faults_text(stats.faults)}")
         await interaction.response.send_message(fit(lines), ephemeral=True)
 
 

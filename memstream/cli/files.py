@@ -59,7 +59,7 @@ async def cmd_import(memory: MemoryStream, args: argparse.Namespace) -> int:
         await memory.complete(sorted(set(done.waiting)))
         now = await memory.store.get_many(sorted(set(done.waiting)))
         done.ready += sum(1 for i in done.waiting if i in now and now[i].status == "ready")
-    left = (await memory.store.pending_state())["pending"]  # of this file and of earlier runs
+    left = (await memory.store.pending_state()).count  # of this file and of earlier runs
     await _import_report(memory, args, history.format, len(lines), history.skipped, done, left)
     return 0 if left == 0 else 3
 

@@ -96,24 +96,24 @@ async def cmd_why(memory: MemoryStream, args: argparse.Namespace) -> int:
 async def cmd_stats(memory: MemoryStream, args: argparse.Namespace) -> int:
     """Counts, histogram, fallbacks, reflection progress and model calls."""
     stream = args.stream if args.stream_given else None
-    data = await memory.stats(stream)
-    data["streams"] = await memory.store.streams()
-    data["database"] = _absolute(memory.store.path)
-    hist = data["histogram"]
-    lines = [f"database: {data['database']}",
-             f"streams: {', '.join(data['streams']) or '(none)'}",
-             f"observations {data['observations']}, reflections {data['reflections']}, "
-             f"pending {pending_text(data)}, fallback ratings {data['fallback']}",
+    stats = await memory.stats(stream)
+    streams = await memory.streams()
+    database = _absolute(memory.store.path)
+    counts, state, hist = stats.counts, stats.state, stats.counts.histogram
+    lines = [f"database: {database}",
+             f"streams: {', '.join(streams) or '(none)'}",
+             f"observations {counts.observations}, reflections {counts.reflections}, "
+             f"pending {pending_text(stats.pending)}, fallback ratings {counts.fallback}",
              f"importance of the {sum(hist.values())} rated memories (observations and reflections; pending ones "
              "are not rated yet):", *histogram_lines(hist)]
-    if stream is not None:
-        lines.append(f"towards next reflection: {data['importance_since_reflection']}/"
-                     f"{data['reflection_threshold']} (reflections run {data['reflections_run']}, "
-                     f"skipped {data['reflections_skipped']})")
-    lines += usage_lines(data)
-    if data["faults"]:
-        lines.append(f"faults: {faults_text(data['faults'])}")
-    emit(args, data, lines)
+    if state is not None:
+        lines.append(f"towards next reflection: {state.importance_since_reflection}/"
+                     f"{stats.reflection_threshold} (reflections run {state.reflections}, "
+                     f"skipped {state.skipped_reflections})")
+    lines += usage_lines(stats)
+    if stats.faults:
+        lines.append(f"faults: {faults_text(stats.faults)}")
+    emit(args, {**stats.to_json(), "streams": streams, "database": database}, lines)
     return 0
 
 

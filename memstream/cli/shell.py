@@ -48,19 +48,17 @@ async def why_lines(memory: MemoryStream, reply: Reply | None) -> list[str]:
     found = await memory.explain_reply(trace_id=reply.trace_id)
     if found is None:
         return ["the last reply's trace is gone (a memory it rested on was forgotten since)"]
-    trace, items = found
     c = memory.config
-    lines = [f"asked: \"{short(trace['query'], 100)}\"",
+    lines = [f"asked: \"{short(found.trace.query, 100)}\"",
              f"score = {c.weight_recency:g} × recency + {c.weight_importance:g} × importance + {c.weight_relevance:g}"
              f" × relevance (profile {c.profile}; each part normalized to 0..1 over the stream)"]
-    if not items:
+    if not found.items:
         return [*lines, "the reply used no memory (none were stored yet)"]
     lines.append(f"{'':>2} {'score':>6} {'rec':>5} {'imp':>5} {'rel':>5}  memory")
-    for n, (part, found_memory) in enumerate(items, 1):
-        head = (f"{n:>2} {part['score']:6.3f} {part['recency']:5.2f} {part['importance']:5.2f} "
-                f"{part['relevance']:5.2f}  ")
+    for n, (part, found_memory) in enumerate(found.items, 1):
+        head = f"{n:>2} {part.score:6.3f} {part.recency:5.2f} {part.importance:5.2f} {part.relevance:5.2f}  "
         if found_memory is None:
-            lines.append(head + f"#{part['id']} (forgotten since)")
+            lines.append(head + f"#{part.memory_id} (forgotten since)")
             continue
         lines.append(head + _label(found_memory, 80))
         if found_memory.kind == "reflection":

@@ -106,7 +106,7 @@ async def _check(src: Store, dst: Store, report: CopyReport, k: int) -> None:
         counts = await src.counts(stream)
         if counts != await dst.counts(stream):
             raise StoreError(f"stream {stream!r} differs between {src.path} and {dst.path}")
-        sizes.append((counts["observations"] + counts["reflections"], stream))
+        sizes.append((counts.observations + counts.reflections, stream))
     report.streams = len(streams)
     config = StreamConfig()
     for _, stream in sorted(sizes, reverse=True)[:_SAMPLE_STREAMS]:

@@ -14,13 +14,12 @@ import numpy.typing as npt
 from memstream.errors import EmbeddingError, ProviderError
 from memstream.models.embed import Embedder, RetryMeter, TokenMeter, normalize_rows
 from memstream.models.llm import ChatModel
-from memstream.store import Store
+from memstream.store import Store, UsageRow
 
 __all__ = ["ROLES", "Models", "RoleModel"]
 
 log = logging.getLogger("memstream.models.roles")
 ROLES = ("rater", "reflector", "agent")
-UsageRow = tuple[str, str, int, int, int, int, int]  # stream, role, calls, failures, prompt, completion, retries
 _deferred: ContextVar[bool] = ContextVar("memstream_deferred_usage", default=False)
 
 

@@ -16,13 +16,13 @@ from memstream.store.base import StoreInterface
 from memstream.store.events import StoreEvent, StoreListener
 from memstream.store.migrations import Migration, all_migrations
 from memstream.store.policy import RETRY_BASE_SECONDS, RETRY_CAP_SECONDS, deferred_touches, retry_delay
-from memstream.store.records import NewMemory, StreamArrays, UsageRow
+from memstream.store.records import NewMemory, NewTrace, StreamArrays, UsageRow
 from memstream.store.sqlite import SQLiteStore, sqlite_module
 from memstream.store.sqlite.rows import to_blob
 from memstream.store.sqlite.scrub import residue_needles
 
-__all__ = ["RETRY_BASE_SECONDS", "RETRY_CAP_SECONDS", "Migration", "NewMemory", "SQLiteStore", "Store",
-           "StoreEvent", "StoreListener", "StreamArrays", "UsageRow", "all_migrations", "deferred_touches",
+__all__ = ["RETRY_BASE_SECONDS", "RETRY_CAP_SECONDS", "Migration", "NewMemory", "NewTrace", "SQLiteStore",
+           "Store", "StoreEvent", "StoreListener", "StreamArrays", "UsageRow", "all_migrations", "deferred_touches",
            "is_database_url", "redact", "residue_needles", "retry_delay", "sqlite_module", "to_blob"]
 
 

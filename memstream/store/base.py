@@ -15,9 +15,9 @@ from typing import Any, Protocol, Self
 import numpy as np
 import numpy.typing as npt
 
-from memstream.records import EvidenceNode, Memory
+from memstream.records import Counts, EvidenceNode, Memory, PendingState, ReplyTrace, RoleUsage, StreamState
 from memstream.store.events import StoreListener
-from memstream.store.records import NewMemory, StreamArrays, UsageRow
+from memstream.store.records import NewMemory, NewTrace, StreamArrays, UsageRow
 from memstream.store.tables import Table
 
 __all__ = ["StoreInterface"]
@@ -214,7 +214,7 @@ class StoreInterface(Protocol):
         """Add to the importance total since the last reflection (atomically); the new total."""
         ...
 
-    async def state(self, stream: str) -> dict[str, Any]:
+    async def state(self, stream: str) -> StreamState:
         """The importance total, last reflection time and reflection counters of a stream."""
         ...
 
@@ -243,33 +243,32 @@ class StoreInterface(Protocol):
         """Fault counts by kind (one stream, or all)."""
         ...
 
-    async def usage(self, stream: str | None = None) -> dict[str, dict[str, int]]:
+    async def usage(self, stream: str | None = None) -> dict[str, RoleUsage]:
         """Model calls and tokens per role (one stream, or all)."""
         ...
 
-    async def usage_by_day(self, stream: str | None = None) -> list[tuple[datetime, str, dict[str, int]]]:
+    async def usage_by_day(self, stream: str | None = None) -> list[tuple[datetime, str, RoleUsage]]:
         """Model calls and tokens per UTC day (of the wall clock, when the call was made) and role (one stream,
-        or all), oldest first: (day at 00:00 UTC, role, {calls, failures, prompt_tokens, completion_tokens})."""
+        or all), oldest first: (day at 00:00 UTC, role, its usage that day)."""
         ...
 
     async def retries(self, stream: str | None = None) -> dict[str, int]:
         """Requests the model client retried, per role (one stream, or all)."""
         ...
 
-    async def pending_state(self, stream: str | None = None) -> dict[str, Any]:
+    async def pending_state(self, stream: str | None = None) -> PendingState:
         """Pending observations: how many, their failed attempts, when the next retry is due."""
         ...
 
-    async def counts(self, stream: str | None = None) -> dict[str, Any]:
+    async def counts(self, stream: str | None = None) -> Counts:
         """Counts by kind and status, the importance histogram and fallback ratings."""
         ...
 
     # -- reply traces
 
-    async def save_trace(self, stream: str, at: float, query: str, items: list[dict[str, Any]],
-                         reply_memory_id: int | None, *, query_memory_id: int | None = None,
-                         query_message_id: str | None = None, query_author_id: str | None = None) -> int:
-        """Record what a reply was built from (one row per memory used, for deletion) and what it answered."""
+    async def save_trace(self, trace: NewTrace) -> int:
+        """Record what a reply was built from (one row per memory used, for deletion) and what it answered; the
+        trace's id."""
         ...
 
     async def delete_trace(self, trace_id: int) -> None:
@@ -280,7 +279,7 @@ class StoreInterface(Protocol):
         """Attach the Discord message ids of a sent reply to its trace (and the first to its memory)."""
         ...
 
-    async def trace(self, *, trace_id: int | None = None, message_id: str | None = None) -> dict[str, Any] | None:
+    async def trace(self, *, trace_id: int | None = None, message_id: str | None = None) -> ReplyTrace | None:
         """A reply trace by its id or by the message id of any part of the reply."""
         ...
 

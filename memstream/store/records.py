@@ -1,4 +1,5 @@
-"""The records a store takes and gives besides memories: a memory about to be written, a stream's arrays."""
+"""The records a store takes and gives besides memories: a memory or a reply's trace about to be written, a
+stream's arrays, a row of model usage."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from memstream.records import Source
+from memstream.records import Source, TraceItem
 from memstream.store import _load
 
-__all__ = ["NewMemory", "StreamArrays", "UsageRow", "part_arrays", "sink_arrays"]
+__all__ = ["NewMemory", "NewTrace", "StreamArrays", "UsageRow", "part_arrays", "sink_arrays"]
 
 # (stream, role, calls, failures, prompt tokens, completion tokens, retries)
 UsageRow = tuple[str, str, int, int, int, int, int]
@@ -31,6 +32,21 @@ class NewMemory:
     depth: int = 0
     source: Source = field(default_factory=Source)
     embedding: npt.NDArray[np.float32] | None = None
+
+
+@dataclass(frozen=True)
+class NewTrace:
+    """A reply's trace about to be written (a ReplyTrace once stored): what the reply was built from and what
+    it answered."""
+
+    stream: str
+    at: float
+    query: str
+    items: tuple[TraceItem, ...]
+    reply_memory_id: int | None = None
+    query_memory_id: int | None = None
+    query_message_id: str | None = None
+    query_author_id: str | None = None
 
 
 @dataclass

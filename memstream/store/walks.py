@@ -1,14 +1,15 @@
-"""What both backends do the same way on top of their own queries: the evidence tree of a memory, and the set of
-memories a deletion takes with it (the cascade's walk)."""
+"""What both backends do the same way on top of their own queries: the evidence tree of a memory, the set of
+memories a deletion takes with it (the cascade's walk), and a reply's trace by its id or by a message."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
-from memstream.records import EvidenceNode, Memory
+from memstream.records import EvidenceNode, Memory, ReplyTrace
+from memstream.store.rowmap import trace_from_row
 
-__all__ = ["CascadeWalk", "EvidenceWalk"]
+__all__ = ["CascadeWalk", "EvidenceWalk", "TraceLookup"]
 
 
 class _Reads(Protocol):
@@ -55,3 +56,22 @@ class CascadeWalk:
             frontier = (await self._citing(frontier) | await self._replies_to(frontier)
                         | await self._replies_using(frontier)) - doomed
         return sorted(doomed - set(keep))
+
+
+class _TraceRows(Protocol):
+    async def _trace_of_message(self, message_id: str) -> int | None: ...
+    async def _trace_row(self, trace_id: int) -> Sequence[Any] | None: ...
+
+
+class TraceLookup:
+    """trace over a backend's two lookups: the trace of a message, and a trace's row (rowmap.TRACE_COLUMNS)."""
+
+    async def trace(self: _TraceRows, *, trace_id: int | None = None,
+                    message_id: str | None = None) -> ReplyTrace | None:
+        """A reply trace by its id or by the Discord message id of any part of the reply."""
+        if trace_id is None and message_id is not None:
+            trace_id = await self._trace_of_message(message_id)
+        if trace_id is None:
+            return None
+        row = await self._trace_row(trace_id)
+        return None if row is None else trace_from_row(row)

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from memstream.config import StreamConfig
-from memstream.records import Memory, ScoredMemory
+from memstream.records import Memory, RoleUsage, ScoredMemory
 from memstream.web.html import Safe, h, join
 
 __all__ = ["histogram_svg", "score_bar_svg", "timeline_svg", "usage_svg"]
@@ -63,7 +63,7 @@ def timeline_svg(memories: Sequence[Memory], *, width: int = 960, height: int = 
              'aria-label="timeline of {2} memories">{3}</svg>', width, height, len(memories), join(parts))
 
 
-def histogram_svg(counts: Mapping[str, int], *, width: int = 480, height: int = 180) -> Safe:
+def histogram_svg(counts: Mapping[int, int], *, width: int = 480, height: int = 180) -> Safe:
     """One bar per importance 1..10 with its count."""
     left, top, bottom = 8, 16, 22
     plot_h = height - top - bottom
@@ -71,7 +71,7 @@ def histogram_svg(counts: Mapping[str, int], *, width: int = 480, height: int = 
     slot = (width - 2 * left) / 10
     parts = []
     for i in range(1, 11):
-        n = counts.get(str(i), 0)
+        n = counts.get(i, 0)
         bar_h = plot_h * n / top_count
         x = left + (i - 1) * slot
         parts.append(h('<g class="hbar"><title>importance {0}: {1} memories</title>'
@@ -102,12 +102,12 @@ def score_bar_svg(item: ScoredMemory, config: StreamConfig, *, width: int = 240,
              width, height, f"{item.score:.3f}", join(parts))
 
 
-def usage_svg(days: Sequence[tuple[datetime, str, Mapping[str, int]]], metric: str, *, width: int = 960,
+def usage_svg(days: Sequence[tuple[datetime, str, RoleUsage]], metric: str, *, width: int = 960,
               height: int = 170) -> Safe:
     """Per UTC day (the last year at most), a bar stacked by role: model calls (`metric="calls"`) or tokens
     (`"tokens"`)."""
-    def value(counts: Mapping[str, int]) -> int:
-        return counts["calls"] if metric == "calls" else counts["prompt_tokens"] + counts["completion_tokens"]
+    def value(counts: RoleUsage) -> int:
+        return counts.calls if metric == "calls" else counts.prompt_tokens + counts.completion_tokens
 
     per_day: dict[datetime, dict[str, int]] = {}
     for day, role, counts in days:

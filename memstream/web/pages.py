@@ -3,13 +3,13 @@ through memstream.web.html's escaping; scripts and styles are files under /stati
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from datetime import datetime
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
 from memstream.config import StreamConfig
-from memstream.records import EvidenceNode, Memory, ScoredMemory
+from memstream.records import Counts, EvidenceNode, Memory, RoleUsage, ScoredMemory, Stats
 from memstream.web.charts import histogram_svg, score_bar_svg, timeline_svg, usage_svg
 from memstream.web.html import Safe, h, join
 
@@ -75,7 +75,7 @@ class Site:
                  '{2}{3}</header><main>{4}</main></body></html>\n',
                  title, self.persona, mode, nav, body)
 
-    def index(self, rows: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+    def index(self, rows: Sequence[tuple[str, Counts]]) -> str:
         """Every stream with its counts."""
         if not rows:
             table = Safe('<p class="empty">No memories yet: import some (memstream import) or run the bot.</p>')
@@ -83,8 +83,8 @@ class Site:
             body = join(h('<tr><td><a href="{0}"><code>{1}</code></a></td><td class="n">{2}</td><td class="n">{3}'
                           '</td><td class="n">{4}</td><td class="n">{5}</td><td><a href="{6}">search</a> · '
                           '<a href="{7}">insights</a> · <a href="{8}">stats</a></td></tr>',
-                          url("/timeline", s=key), key, c["observations"], c["reflections"], c["pending"],
-                          c["observations"] + c["reflections"], url("/search", s=key), url("/insights", s=key),
+                          url("/timeline", s=key), key, c.observations, c.reflections, c.pending,
+                          c.observations + c.reflections, url("/search", s=key), url("/insights", s=key),
                           url("/stats", s=key)) for key, c in rows)
             table = h('<table class="streams"><thead><tr><th>stream</th><th>observations</th><th>reflections</th>'
                       '<th>pending</th><th>total</th><th></th></tr></thead><tbody>{0}</tbody></table>', body)
@@ -179,37 +179,37 @@ class Site:
                                                       _pager("/insights", stream, page, more)),
                            stream=stream, current="Insights")
 
-    def stats(self, stream: str | None, data: Mapping[str, Any],
-              days: Sequence[tuple[datetime, str, Mapping[str, int]]]) -> str:
+    def stats(self, stream: str | None, data: Stats, days: Sequence[tuple[datetime, str, RoleUsage]]) -> str:
         """Counts, the importance histogram, reflection progress, model usage (totals and per day)."""
-        hist = data["histogram"]
+        hist = data.counts.histogram
         counts = h('<p>{0} observations, {1} reflections, {2} pending ({3} failed attempts), {4} fallback '
-                   'ratings.</p>', data["observations"], data["reflections"], data["pending"],
-                   data["failed_attempts"], data["fallback"])
+                   'ratings.</p>', data.counts.observations, data.counts.reflections, data.pending.count,
+                   data.pending.failed_attempts, data.counts.fallback)
         progress = Safe("")
-        if stream is not None:
+        state = data.state
+        if state is not None:
+            last = state.last_reflection_at
             progress = h('<p>Towards the next reflection: {0} / {1} importance (reflections run {2}, skipped {3}; '
-                         'last {4}).</p>', data["importance_since_reflection"], data["reflection_threshold"],
-                         data["reflections_run"], data["reflections_skipped"],
-                         _when(datetime.fromisoformat(data["last_reflection_at"])) if data["last_reflection_at"]
-                         else "never")
-        usage = data["usage"]
+                         'last {4}).</p>', state.importance_since_reflection, data.reflection_threshold,
+                         state.reflections, state.skipped_reflections,
+                         "never" if last is None else _when(last.astimezone(UTC)))
+        usage = data.usage
         rows = join(h('<tr><td><span class="key {0}"></span> {1}</td><td class="n">{2}</td><td class="n">{3}</td>'
                       '<td class="n">{4}</td><td class="n">{5}</td><td class="n">{6}</td></tr>',
-                      f"role-{role}", role, u["calls"], u["failures"], data["retries"].get(role, 0),
-                      u["prompt_tokens"], u["completion_tokens"]) for role, u in usage.items())
+                      f"role-{role}", role, u.calls, u.failures, data.retries.get(role, 0),
+                      u.prompt_tokens, u.completion_tokens) for role, u in usage.items())
         table = (h('<table class="usage"><thead><tr><th>role</th><th>calls</th><th>failed</th><th>retried</th>'
                    '<th>prompt tokens</th><th>completion tokens</th></tr></thead><tbody>{0}</tbody></table>', rows)
                  if usage else Safe('<p class="empty">No model calls recorded.</p>'))
-        daily_calls = sum(c["calls"] for _, _, c in days)
-        total_calls = sum(u["calls"] for u in usage.values())
+        daily_calls = sum(c.calls for _, _, c in days)
+        total_calls = sum(u.calls for u in usage.values())
         before = (h('<p class="meta">{0} calls were made before daily counts began (totals only).</p>',
                     total_calls - daily_calls) if total_calls > daily_calls else Safe(""))
         over_time = (h('<h3>Calls per day</h3>{0}<h3>Tokens per day</h3>{1}', usage_svg(days, "calls"),
                        usage_svg(days, "tokens")) if days else Safe('<p class="empty">No calls per day yet.</p>'))
         faults = (h("<p>Faults: {0}.</p>", ", ".join(f"{kind.replace('_', ' ')} {n}"
-                                                      for kind, n in data["faults"].items()))
-                  if data["faults"] else Safe(""))
+                                                      for kind, n in data.faults.items()))
+                  if data.faults else Safe(""))
         body = h('<h1>Stats{0}</h1>{1}{2}<h2>Importance</h2><p class="meta">Rated memories (observations and '
                  'reflections).</p>{3}<h2>Model calls</h2>{4}{5}<p class="legend">{6}</p>{7}{8}',
                  "" if stream is None else h(" of <code>{0}</code>", stream), counts, progress, histogram_svg(hist),

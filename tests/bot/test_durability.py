@@ -47,7 +47,7 @@ async def test_a_restart_completes_what_a_dead_process_left_pending(tmp_path: Pa
         async with running_bot(persona, FakeClock()) as (_, memory):
 
             async def completed() -> bool:
-                return (await memory.stats(stream))["pending"] == 0
+                return (await memory.stats(stream)).pending.count == 0
 
             await until(completed, "the pending observations to be completed at start")
             assert len(await memory.recent(stream, 50)) == 30

@@ -44,8 +44,8 @@ async def test_mention_is_answered_from_the_party_invitation(world: World) -> No
     assert "what are you doing tonight" not in listing  # the question itself takes no memory slot
     assert "Maria says to you" in prompt and "toast and jam" in prompt  # the channel's last messages
     invite_id = await world.stored(world.town, invite)
-    trace = await world.memory.explain_reply(message_id=str(reply.id))
-    assert trace is not None and trace[0]["items"][0]["id"] == invite_id
+    explained = await world.memory.explain_reply(message_id=str(reply.id))
+    assert explained is not None and explained.trace.items[0].memory_id == invite_id
 
 
 async def test_crossing_the_threshold_runs_one_reflection_and_why_shows_its_evidence(world: World) -> None:

@@ -33,8 +33,8 @@ async def test_the_answer_is_sent_while_its_own_rating_hangs_then_fails(world: W
     own = await until(own_memory, "the reply's memory to carry its message id")
     assert own.status == "pending" and own.text.endswith(world.models.reply)
     assert world.openai.held, "the reply's rating was asked for after the reply was sent"
-    trace = await world.memory.explain_reply(message_id=str(reply.id))
-    assert trace is not None and trace[0]["query"] == "what are you doing tonight?"
+    explained = await world.memory.explain_reply(message_id=str(reply.id))
+    assert explained is not None and explained.trace.query == "what are you doing tonight?"
 
     # The held rating times out (the client's 5 s): the memory stays pending; the retry completes it.
     world.openai.hold = None

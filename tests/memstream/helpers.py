@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 
 from memstream.index.retriever import RetrieverLike
-from memstream.records import ScoredMemory
+from memstream.records import ScoredMemory, TraceItem
 from memstream.store import SQLiteStore, Store
 
 # Text unique to each of the four prompts (checked in test_prompts.py).
@@ -34,6 +34,11 @@ async def run_sql(store: Store, statement: str, *args: Any) -> list[tuple[Any, .
     async with await psycopg.AsyncConnection.connect(store.url, autocommit=True) as conn:  # type: ignore[attr-defined]
         cur = await conn.execute(statement.replace("?", "%s"), args)
         return list(await cur.fetchall()) if cur.description is not None else []
+
+
+def trace_item(memory_id: int) -> TraceItem:
+    """A trace item of a memory (score parts that matter to no test)."""
+    return TraceItem(memory_id, score=1.0, recency=0.5, importance=0.5, relevance=0.5, cosine=0.5)
 
 
 def memory_text(prompt: str) -> str:

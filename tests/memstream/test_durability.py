@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from datetime import datetime
 
 import pytest
 
@@ -52,12 +51,12 @@ async def test_an_outage_of_any_length_loses_nothing(make_memory: MakeMemory, ch
         await memory.observe_many(burst(5, start=100 + 5 * hour))
         assert await memory.complete_pending(due_only=True) == 0
     stats = await memory.stats(STREAM)
-    assert stats["pending"] == 160 and stats["next_retry_at"] is not None
+    assert stats.pending.count == 160 and stats.pending.next_retry_at is not None
     chat.fail_with = None  # the model is back
     clock.advance(seconds=RETRY_CAP_SECONDS)
     assert await memory.complete_pending(due_only=True) == 160
     assert set((await ids_by_message(memory)).values()) == {1}
-    assert (await memory.stats(STREAM))["pending"] == 0
+    assert (await memory.stats(STREAM)).pending.count == 0
 
 
 async def test_each_failure_pushes_the_next_try_further(make_memory: MakeMemory, chat: ScriptedChat,
@@ -67,15 +66,14 @@ async def test_each_failure_pushes_the_next_try_further(make_memory: MakeMemory,
     [pending] = await memory.observe_many(burst(1))
     waits = []
     for _ in range(4):
-        state = await memory.stats(STREAM)
-        due = state["next_retry_at"]
+        due = (await memory.stats(STREAM)).pending.next_retry_at
+        assert due is not None
         waits.append(due)
-        clock.set(datetime.fromisoformat(due))
+        clock.set(due)
         assert await memory.complete_pending(due_only=True) == 0
-    gaps = [(datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds()
-            for a, b in itertools.pairwise(waits)]
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(waits)]
     assert gaps == [retry_delay(2), retry_delay(3), retry_delay(4)]
-    assert (await memory.stats(STREAM))["failed_attempts"] == 5
+    assert (await memory.stats(STREAM)).pending.failed_attempts == 5
     assert (await memory.get(pending.id)).status == "pending"
 
 
@@ -104,7 +102,7 @@ async def test_a_failed_embedding_counts_one_attempt_per_memory(make_memory: Mak
     memory = make_memory()
     embedder.fail_with = EmbeddingError("no embeddings today")
     await memory.observe_many(burst(3))
-    assert (await memory.stats(STREAM))["failed_attempts"] == 3
+    assert (await memory.stats(STREAM)).pending.failed_attempts == 3
 
 
 # -- reflection: one transaction ------------------------------------------------------------------
@@ -172,5 +170,5 @@ async def test_the_store_s_sql_follows_the_one_retry_formula(store: Store) -> No
     [memory_id] = await store.insert([NewMemory(stream=STREAM, kind="observation", text="x", created_at=0.0)])
     for failures in range(1, 41):
         await store.count_attempt(memory_id, at=1000.0)
-        due = (await store.pending_state(STREAM))["next_retry_at"]
-        assert datetime.fromisoformat(due).timestamp() == 1000.0 + retry_delay(failures), failures
+        due = (await store.pending_state(STREAM)).next_retry_at
+        assert due is not None and due.timestamp() == 1000.0 + retry_delay(failures), failures

@@ -84,14 +84,14 @@ async def test_a_failed_rating_keeps_the_observation_pending_then_completes_it_a
     assert (await memory.get(memory_id)).status == "pending"
     assert f"#{memory_id} kept as pending" in one_clear_line(caplog)
     stats = await memory.stats(STREAM)
-    assert (stats["pending"], stats["failed_attempts"], stats["usage"]["rater"]["failures"]) == (1, 1, 1)
+    assert (stats.pending.count, stats.pending.failed_attempts, stats.usage["rater"].failures) == (1, 1, 1)
 
     assert await memory.complete_pending(due_only=True) == 0  # its backoff has not passed
     clock.advance(seconds=retry_delay(1))
     assert await memory.complete_pending(due_only=True) == 1
     done = await memory.get(memory_id)
     assert (done.status, done.importance, done.importance_source) == ("ready", 7, "rater")
-    assert (await memory.stats(STREAM))["pending"] == 0
+    assert (await memory.stats(STREAM)).pending.count == 0
     assert await memory.importance_total(STREAM) == 7
 
 
@@ -106,7 +106,7 @@ async def test_connection_refused_then_the_server_comes_back(
     for _ in range(3):  # an outage of any length: every retry fails, with a longer wait each time
         clock.advance(seconds=retry_delay(100))
         assert await memory.complete_pending(due_only=True) == 0
-    assert (await memory.stats(STREAM))["failed_attempts"] == 4
+    assert (await memory.stats(STREAM)).pending.failed_attempts == 4
     await openai_server.start()  # the same port again
     clock.advance(seconds=retry_delay(100))
     assert await memory.complete_pending(due_only=True) == 1
@@ -122,7 +122,7 @@ async def test_a_failed_embedding_keeps_the_burst_pending_with_one_line(
     assert {m.status for m in stored} == {"pending"}
     assert "1 failed model call" in one_clear_line(caplog)
     stats = await memory.stats(STREAM)
-    assert (stats["pending"], stats["usage"]["embedding"]["failures"]) == (5, 1)
+    assert (stats.pending.count, stats.usage["embedding"].failures) == (5, 1)
     assert await memory.complete_pending() == 5
 
 
@@ -139,7 +139,7 @@ async def test_a_fault_the_client_retries_away_is_counted_not_logged(
         assert (await memory.get(memory_id)).status == "ready"
         quiet(caplog)  # the SDK's "Retrying request" is INFO
         stats = await memory.stats(STREAM)
-        assert (stats["retries"]["rater"], stats["usage"]["rater"]["failures"]) == (1, 0)
+        assert (stats.retries["rater"], stats.usage["rater"].failures) == (1, 0)
 
 
 @pytest.mark.parametrize("replies", [["seven", "seven"], ["11", "7.5"], ["", "Ten"]])
@@ -152,7 +152,7 @@ async def test_a_rating_that_is_not_an_integer_is_retried_once_then_falls_back_t
     assert (stored.status, stored.importance, stored.importance_source) == ("ready", 5, "fallback")
     assert "fallback" in one_clear_line(caplog)
     stats = await memory.stats(STREAM)
-    assert (stats["fallback"], stats["faults"]["rating_fallback"], stats["usage"]["rater"]["calls"]) == (1, 1, 2)
+    assert (stats.counts.fallback, stats.faults["rating_fallback"], stats.usage["rater"].calls) == (1, 1, 2)
 
 
 async def test_a_rating_right_on_the_second_try_is_kept(memory: MemoryStream, openai_server: FakeOpenAIServer,
@@ -177,7 +177,7 @@ async def test_an_insight_without_valid_citations_is_dropped_and_the_total_still
     assert [m.text for m in result.insights] == ["Klaus is planning the party"]
     assert "insight dropped" in one_clear_line(caplog)
     assert await memory.importance_total(STREAM) == 0
-    assert (await memory.stats(STREAM))["faults"]["insight_dropped"] == 1
+    assert (await memory.stats(STREAM)).faults["insight_dropped"] == 1
 
 
 async def test_a_questions_reply_without_questions_skips_the_reflection_until_the_next_check(
@@ -190,10 +190,10 @@ async def test_a_questions_reply_without_questions_skips_the_reflection_until_th
     assert result is not None and result.skipped and not result.insights
     assert "skipped" in one_clear_line(caplog)
     stats = await memory.stats(STREAM)
-    assert (stats["reflections_skipped"], stats["importance_since_reflection"]) == (1, 7)
+    assert (stats.state.skipped_reflections, stats.state.importance_since_reflection) == (1, 7)
     script.questions = THREE
     await scheduler.reflect(STREAM)  # the next try reflects
-    assert (await memory.stats(STREAM))["reflections_run"] == 1
+    assert (await memory.stats(STREAM)).state.reflections == 1
     assert await memory.importance_total(STREAM) == 0
 
 
@@ -206,7 +206,7 @@ async def test_seven_questions_use_the_first_three_with_one_line(
     assert result is not None and result.questions == ["Question 1?", "Question 2?", "Question 3?"]
     assert "7 lines" in one_clear_line(caplog)
     stats = await memory.stats(STREAM)
-    assert (stats["faults"]["questions_trimmed"], stats["reflections_run"]) == (1, 1)
+    assert (stats.faults["questions_trimmed"], stats.state.reflections) == (1, 1)
 
 
 @pytest.mark.parametrize("kind", ["500", "malformed", "empty_choices", "timeout"])
@@ -220,8 +220,8 @@ async def test_a_failed_scheduled_reflection_is_skipped_with_one_line_and_retrie
     await scheduler.reflect(STREAM)  # no crash: the scheduler's job returns
     assert "will be tried again" in one_clear_line(caplog)
     stats = await memory.stats(STREAM)
-    assert (stats["reflections_skipped"], stats["reflections_run"]) == (1, 0)
-    assert stats["usage"]["reflector"]["failures"] == 1
+    assert (stats.state.skipped_reflections, stats.state.reflections) == (1, 0)
+    assert stats.usage["reflector"].failures == 1
     await scheduler.reflect(STREAM)
     assert scheduler.runs == [STREAM]
     assert await memory.importance_total(STREAM) == 0

@@ -64,7 +64,7 @@ async def test_forgetting_a_memory_a_reply_used_forgets_the_reply_and_its_trace(
         reply = await memory.respond("what cake?", stream="guild:1", speaker="Ann", observe_message=False)
         assert reply.memory is not None and top.id in [m.memory.id for m in reply.memories]
         trace = await store.trace(trace_id=reply.trace_id)
-        assert trace is not None and top.id in [item["id"] for item in trace["items"]]
+        assert trace is not None and top.id in [item.memory_id for item in trace.items]
         gone = await memory.forget([top.id])
         assert sorted(gone) == sorted([top.id, reply.memory.id])  # the reply was built from it
         assert await store.trace(trace_id=reply.trace_id) is None
@@ -167,7 +167,7 @@ async def test_two_writers_of_the_same_messages_each_finish_and_store_each_once(
     assert [m.id for m in results[0]] == [m.id for m in results[1]]
     async with await Store.open(db) as store:
         assert await run_sql(store, "SELECT COUNT(*), COUNT(DISTINCT message_id) FROM memories") == [(300, 300)]
-        assert (await store.state("guild:1"))["importance_since_reflection"] == 300 * 5  # each counted once
+        assert (await store.state("guild:1")).importance_since_reflection == 300 * 5  # each counted once
 
 
 async def test_two_import_processes_of_one_file_both_succeed(tmp_path: Path) -> None:

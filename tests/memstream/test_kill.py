@@ -89,7 +89,7 @@ async def test_sigkill_in_the_middle_of_a_burst_of_500_loses_and_doubles_nothing
         counts = await rows(memory.store, "SELECT message_id, COUNT(*) FROM memories GROUP BY message_id")
         assert counts and all(n == 1 for _, n in counts)
         assert 25 <= len(counts) < 500  # killed mid-way: some batches stored, the rest never seen
-        left = (await memory.stats())["pending"]
+        left = (await memory.stats()).pending.count
         assert left > 0
         await memory.complete_pending()
         await memory.observe_many(messages(500))  # the source replays every event after the restart

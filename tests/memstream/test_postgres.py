@@ -18,9 +18,9 @@ from memstream.errors import StoreError
 from memstream.index.retriever import rank
 from memstream.index.vectors import StreamVectors
 from memstream.records import Source
-from memstream.store import NewMemory, Store
+from memstream.store import NewMemory, NewTrace, Store
 from memstream.store.postgres.migrate import postgres_migrations
-from tests.memstream.helpers import run_sql
+from tests.memstream.helpers import run_sql, trace_item
 
 T0 = 1_700_000_000.0
 # The spec's score in SQL, over every ready memory of a stream (min-max per part; equal values give 0.5).
@@ -127,7 +127,7 @@ async def test_pending_work_is_claimed_by_one_process_and_completed_once(postgre
         vector = np.ones(4, np.float32)
         done = await asyncio.gather(*(s.complete_many("s", [(i, 5, "rater", vector) for i in ids]) for s in (a, b)))
         assert sorted(done[0] + done[1]) == ids and not set(done[0]) & set(done[1])
-        assert (await a.state("s"))["importance_since_reflection"] == 5 * 10  # each counted once
+        assert (await a.state("s")).importance_since_reflection == 5 * 10  # each counted once
         await a.count_attempt(ids[0])  # a failure lets go of nothing that is not pending
         assert await b.pending_memories(claim=True) == []
     finally:
@@ -242,8 +242,8 @@ async def test_writers_of_one_stream_in_two_processes_never_deadlock(postgres_ur
             await b.complete_many("guild:1", [(new, 3, "rater", vector)], [("guild:1", "rater", 1, 0, 1, 1, 0)])
 
         await asyncio.gather(*(work(i) for i in range(40) for work in (reflect, observe)))
-        assert (await a.state("guild:1"))["reflections"] == 40
-        assert (await a.counts("guild:1"))["observations"] == 60
+        assert (await a.state("guild:1")).reflections == 40
+        assert (await a.counts("guild:1")).observations == 60
     finally:
         await a.close()
         await b.close()
@@ -266,7 +266,7 @@ async def test_batches_of_two_streams_writing_each_others_usage_never_deadlock(p
 
         await asyncio.gather(*(complete(store, i) for i in range(60) for store in (a, b)))
         usage = await a.usage("guild:1")
-        assert usage["rater"]["calls"] == 120 and usage["embedder"]["calls"] == 120
+        assert usage["rater"].calls == 120 and usage["embedder"].calls == 120
     finally:
         await a.close()
         await b.close()
@@ -288,14 +288,14 @@ async def test_a_memory_stream_reloads_a_stream_another_process_wrote_to(make_me
 
 async def test_ids_are_never_reused_and_deletion_cascades_to_trace_items(pg: Store) -> None:
     ids = await pg.insert(memories(3))
-    trace = await pg.save_trace("guild:1", T0, "what?", [{"id": ids[0]}, {"id": ids[1]}], ids[2])
+    trace = await pg.save_trace(NewTrace("guild:1", T0, "what?", (trace_item(ids[0]), trace_item(ids[1])), ids[2]))
     await pg.delete([ids[0]])
     assert await pg.trace(trace_id=trace) is None  # a reply built from a forgotten memory goes too
     assert await run_sql(pg, "SELECT COUNT(*) FROM trace_items") == [(0,)]
     assert set(await pg.get_many(ids)) == {ids[1]}  # the reply itself (ids[2]) was forgotten with it
     [later] = await pg.insert(memories(1, seed=5))
     assert later > max(ids)
-    later_trace = await pg.save_trace("guild:1", T0, "again?", [], None)
+    later_trace = await pg.save_trace(NewTrace("guild:1", T0, "again?", ()))
     assert later_trace > trace
 
 
@@ -321,7 +321,7 @@ async def test_a_deletion_vacuums_the_text_out_of_the_table(pg: Store, postgres_
     rows[12] = NewMemory(stream="guild:1", kind="observation", text=f"Klaus: {secret}", created_at=T0,
                          importance=3, importance_source="given", embedding=np.ones(16, np.float32))
     ids = await pg.insert(rows)
-    await pg.save_trace("guild:1", T0, f"about {secret}", [{"id": ids[12]}], None, query_memory_id=ids[12])
+    await pg.save_trace(NewTrace("guild:1", T0, f"about {secret}", (trace_item(ids[12]),), query_memory_id=ids[12]))
     await pg.delete([ids[12]])
     assert await run_sql(pg, "SELECT COUNT(*) FROM memories WHERE text LIKE ?", f"%{secret}%") == [(0,)]
     assert await _heap_tuples_holding(postgres_url, secret) > 0  # dead tuples: the test can see them

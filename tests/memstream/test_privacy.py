@@ -159,7 +159,7 @@ async def test_purging_a_server_leaves_no_byte_of_it(memory: MemoryStream, db: P
     assert await memory.recent(STREAM, 50) == []
     assert [m.text for m in await memory.recent("guild:2")] == ["Other server news"]
     assert leftovers(db, SECRET, LONG_SECRET, "Maria: I like tea") == []
-    assert (await memory.stats(STREAM))["usage"] == {}
+    assert (await memory.stats(STREAM)).usage == {}
 
 
 async def test_forgetting_one_observation_keeps_unrelated_replies(memory: MemoryStream, clock: FakeClock) -> None:

@@ -57,7 +57,7 @@ async def test_two_invalid_replies_fall_back_to_5_with_a_warning(
     [record] = [r for r in caplog.records if r.name == "memstream.rate"]
     assert record.levelno == logging.WARNING
     assert repr(replies[0][:40]) in record.getMessage()
-    assert (await memory.stats())["fallback"] == 1
+    assert (await memory.stats()).counts.fallback == 1
     assert await memory.importance_total() == 5
 
 

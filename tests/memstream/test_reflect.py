@@ -217,7 +217,7 @@ async def test_the_total_resets_even_when_every_insight_is_dropped(
     assert result.insights == [] and result.dropped == ["Something unsupported", "Another thing"]
     assert await memory.importance_total() == 0
     state = await memory.store.state("default")
-    assert (state["reflections"], state["last_reflection_at"]) == (1, clock.now())
+    assert (state.reflections, state.last_reflection_at) == (1, clock.now())
 
 
 async def test_a_questions_reply_without_questions_skips_the_reflection(
@@ -233,7 +233,7 @@ async def test_a_questions_reply_without_questions_skips_the_reflection(
     assert chat.calls_with(INSIGHTS) == []
     assert await memory.importance_total() == 16
     state = await memory.store.state("default")
-    assert (state["reflections"], state["skipped_reflections"]) == (0, 1)
+    assert (state.reflections, state.skipped_reflections) == (0, 1)
     assert [r.levelno for r in caplog.records if r.name == "memstream.reflect"] == [logging.WARNING]
 
 
@@ -269,8 +269,8 @@ async def test_a_failed_reflection_raises_keeps_the_total_and_counts_a_skip(
     with pytest.raises(CompletionError, match="down"):
         await memory.reflect()
     assert await memory.importance_total() == 7
-    assert (await memory.store.state("default"))["skipped_reflections"] == 1
-    assert (await memory.stats())["usage"]["reflector"]["failures"] == 1
+    assert (await memory.store.state("default")).skipped_reflections == 1
+    assert (await memory.stats()).usage["reflector"].failures == 1
 
 
 async def test_crossing_the_threshold_calls_the_hook_instead_when_given(
@@ -301,7 +301,7 @@ async def test_reflections_are_not_counted_towards_the_total(
     assert len(chat.calls_with(INSIGHTS)) == 1
     assert await memory.importance_total() == 0
     stats = await memory.stats("default")
-    assert (stats["reflections"], stats["reflections_run"]) == (1, 1)
+    assert (stats.counts.reflections, stats.state.reflections) == (1, 1)
 
 
 # -- reflections on reflections ----------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from memstream.records import TraceItem
 from memstream.stream import MemoryStream
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
 from tests.conftest import MakeMemory
@@ -119,4 +120,4 @@ async def test_seed_story_invitation_reaches_the_agent_prompt_first(
     assert reply.memory is not None and reply.memory.text == f"Maria: {ANSWER}"
     trace = await memory.store.trace(trace_id=reply.trace_id)
     assert trace is not None
-    assert [item["id"] for item in trace["items"]] == [item.memory.id for item in reply.memories]
+    assert trace.items == tuple(TraceItem.of(item) for item in reply.memories)  # with their score parts

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
@@ -10,11 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memstream.clock import to_timestamp
+from memstream.clock import from_timestamp, to_timestamp
 from memstream.errors import MemoryNotFound, MigrationError, StoreError
-from memstream.records import Source
-from memstream.store import NewMemory, Store, all_migrations, deferred_touches, sqlite_module
-from tests.memstream.helpers import run_sql
+from memstream.records import ReplyTrace, RoleUsage, Source, TraceItem
+from memstream.store import NewMemory, NewTrace, Store, all_migrations, deferred_touches, sqlite_module
+from memstream.store.chunks import CHUNK, chunks
+from tests.memstream.helpers import run_sql, trace_item
 
 MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
 SHIPPED = [(m.version, m.name) for m in all_migrations(MIGRATIONS)]
@@ -269,7 +271,7 @@ async def test_deleting_a_memory_deletes_the_reflections_built_on_it_transitivel
 
 
 async def test_importance_total_state_and_due_streams(store: Store) -> None:
-    assert (await store.state("s"))["importance_since_reflection"] == 0
+    assert (await store.state("s")).importance_since_reflection == 0
     assert await store.add_importance("s", 7) == 7
     assert await store.add_importance("s", 5) == 12
     assert await store.add_importance("t", 20) == 20
@@ -277,8 +279,8 @@ async def test_importance_total_state_and_due_streams(store: Store) -> None:
     assert await store.due_streams(15) == ["t"]
     await store.save_reflection("t", [], T0)
     state = await store.state("t")
-    assert (state["importance_since_reflection"], state["reflections"]) == (0, 1)
-    assert state["last_reflection_at"] == datetime(2023, 2, 13, 8, 0, tzinfo=UTC)
+    assert (state.importance_since_reflection, state.reflections) == (0, 1)
+    assert state.last_reflection_at == datetime(2023, 2, 13, 8, 0, tzinfo=UTC)
     assert await store.due_streams(10) == ["s"]
 
 
@@ -286,23 +288,31 @@ async def test_counts_usage_traces_and_purge(store: Store) -> None:
     await store.insert([observation("a", importance=2), observation("b", importance=2),
                         observation("c", importance=None), observation("d", stream="other", importance=9)])
     counts = await store.counts("default")
-    assert (counts["observations"], counts["reflections"], counts["pending"]) == (3, 0, 1)
-    assert counts["histogram"] == {**{str(i): 0 for i in range(1, 11)}, "2": 2}
-    assert (await store.counts())["histogram"]["9"] == 1
+    assert (counts.observations, counts.reflections, counts.pending, counts.fallback) == (3, 0, 1, 0)
+    assert counts.histogram == {**dict.fromkeys(range(1, 11), 0), 2: 2}
+    assert (await store.counts()).histogram[9] == 1
 
     await store.record_usage("default", "rater", prompt_tokens=10, completion_tokens=1)
     await store.record_usage("default", "rater", failures=1)
     await store.record_usage("other", "rater", prompt_tokens=5)
-    assert (await store.usage("default"))["rater"] == {"calls": 2, "failures": 1, "prompt_tokens": 10,
-                                                       "completion_tokens": 1}
-    assert (await store.usage())["rater"]["calls"] == 3
+    assert (await store.usage("default"))["rater"] == RoleUsage(calls=2, failures=1, prompt_tokens=10,
+                                                                completion_tokens=1)
+    assert (await store.usage())["rater"].calls == 3
 
-    trace_id = await store.save_trace("default", T0, "what now?", [{"id": 1, "score": 2.5}], None)
+    item = TraceItem(memory_id=1, score=2.5, recency=0.25, importance=1.0, relevance=0.5, cosine=0.75)
+    trace_id = await store.save_trace(NewTrace("default", T0, "what now?", (item,), None, query_memory_id=2,
+                                               query_message_id="discord-41", query_author_id="u1"))
     await store.link_reply(trace_id, ["discord-42", "discord-43"], None)
     assert await store.trace(message_id="discord-43") == await store.trace(trace_id=trace_id)
-    trace = await store.trace(message_id="discord-42")
-    assert trace is not None
-    assert (trace["id"], trace["query"], trace["items"]) == (trace_id, "what now?", [{"id": 1, "score": 2.5}])
+    assert await store.trace(message_id="discord-44") is None
+    assert await store.trace() is None
+    assert await store.trace(message_id="discord-42") == ReplyTrace(
+        id=trace_id, stream="default", at=from_timestamp(T0), query="what now?", items=(item,), reply_memory_id=None,
+        message_id="discord-42", query_memory_id=2, query_message_id="discord-41", query_author_id="u1")
+    # The row keeps the items as the JSON every version wrote (a copy between versions reads it the same).
+    [(stored,)] = await run_sql(store, "SELECT items FROM reply_traces WHERE id = ?", trace_id)
+    assert json.loads(stored) == [{"id": 1, "score": 2.5, "recency": 0.25, "importance": 1.0, "relevance": 0.5,
+                                   "cosine": 0.75}]
 
     assert await store.streams() == ["default", "other"]
     assert await store.purge_stream("default") == 3
@@ -315,7 +325,7 @@ async def test_linking_a_reply_whose_trace_was_forgotten_meanwhile_links_nothing
     # The bot sends a reply, then links the sent message to the reply's trace; the deletion of a message the reply
     # used (handled by another task, or another process) can take the trace in between: nothing is left to link.
     used, reply = await store.insert([observation("Klaus: my dog is Rex"), observation("Rex!", importance=None)])
-    trace_id = await store.save_trace("default", T0, "the dog?", [{"id": used, "score": 1.0}], reply)
+    trace_id = await store.save_trace(NewTrace("default", T0, "the dog?", (trace_item(used),), reply))
     assert sorted(await store.delete([used])) == [used, reply]
     await store.link_reply(trace_id, ["discord-7"], reply)
     assert await store.trace(message_id="discord-7") is None
@@ -349,13 +359,13 @@ async def test_what_a_retrieval_returns_is_read_touched_and_counted_in_one_write
     assert {to_timestamp(m.last_accessed_at) for m in found.values()} == {T0}  # as read before the touch
     touched = await store.get_many([a, b, c])
     assert [to_timestamp(touched[i].last_accessed_at) for i in (a, b, c)] == [T0 + 3600, T0 + 3600, T0]
-    assert (await store.usage("default"))["embedding"]["prompt_tokens"] == 7
+    assert (await store.usage("default"))["embedding"].prompt_tokens == 7
     with pytest.raises(RuntimeError):  # joined to an enclosing transaction: undone with it
         async with store.transaction():
             await store.retrieved([c], T0 + 7200, usage=embedding)
             raise RuntimeError("boom")
     assert to_timestamp((await store.get(c)).last_accessed_at) == T0
-    assert (await store.usage("default"))["embedding"]["calls"] == 1
+    assert (await store.usage("default"))["embedding"].calls == 1
     with deferred_touches() as collected:  # a reflection's retrievals: collected, written with its insights
         assert sorted(await store.retrieved([c, a], T0 + 9000)) == [a, c]
     assert collected == {c: T0 + 9000, a: T0 + 9000}
@@ -368,4 +378,11 @@ async def test_a_retrieval_of_more_ids_than_one_statement_holds(store: Store) ->
     found = await store.retrieved(ids[::-1], T0 + 60, usage=[("default", "embedding", 1, 0, 0, 0, 0)])
     assert sorted(found) == ids
     assert {to_timestamp(m.last_accessed_at) for m in (await store.get_many(ids)).values()} == {T0 + 60}
-    assert (await store.usage("default"))["embedding"]["calls"] == 1
+    assert (await store.usage("default"))["embedding"].calls == 1
+
+
+def test_long_lists_of_ids_go_in_chunks_of_one_statement_each() -> None:
+    assert list(chunks(range(7), 3)) == [[0, 1, 2], [3, 4, 5], [6]]
+    assert list(chunks(iter("ab"), 2)) == [["a", "b"]]  # any iterable, in order
+    assert list(chunks([])) == []
+    assert [len(chunk) for chunk in chunks(range(1001))] == [CHUNK, CHUNK, 1]

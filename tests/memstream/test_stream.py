@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 from datetime import timedelta
@@ -11,6 +12,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from memstream.clock import to_timestamp
 from memstream.config import PersonaConfig, StreamConfig
 from memstream.errors import CompletionError, ConfigError, EmbeddingError, MemoryNotFound
 from memstream.records import Source
@@ -29,7 +31,7 @@ async def test_the_same_message_twice_is_one_memory(make_memory: MakeMemory, cha
     first = await memory.observe("Klaus: hello", source=Source(author="Klaus", message_id="111"))
     again = await memory.observe("Klaus: hello", source=Source(author="Klaus", message_id="111"))
     assert again.id == first.id
-    assert (await memory.stats())["observations"] == 1
+    assert (await memory.stats()).counts.observations == 1
     assert len(chat.calls_with(RATER)) == 1 and len(embedder.calls) == 1
     assert await memory.importance_total() == 4
     # The same message id in another stream is another memory.
@@ -50,7 +52,7 @@ async def test_a_message_repeated_within_one_burst_is_one_memory(make_memory: Ma
     ids = [m.id for m in found]
     assert ids[1] == ids[2] and ids[0] != ids[1]
     assert ids[3] != ids[4]  # without a message id, nothing is deduplicated
-    assert (await memory.stats())["observations"] == 4
+    assert (await memory.stats()).counts.observations == 4
     assert len(chat.calls_with(RATER)) == 4
     assert await memory.importance_total() == 16
 
@@ -73,7 +75,7 @@ async def test_observe_many_batches_embeddings_and_rates_each_once(
     rated = sorted(chat.calls_with(RATER))
     assert len(rated) == len(items)
     assert len(set(rated)) == len(items)  # one call per observation, no retries
-    assert (await memory.stats())["usage"]["rater"]["calls"] == len(items)
+    assert (await memory.stats()).usage["rater"].calls == len(items)
 
 
 async def test_a_model_failure_leaves_the_memory_pending_until_completed(
@@ -92,7 +94,7 @@ async def test_a_model_failure_leaves_the_memory_pending_until_completed(
     assert any(f"#{pending.id}" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
     assert await memory.retrieve("party") == []
     stats = await memory.stats("default")
-    assert (stats["pending"], stats["usage"]["rater"]["failures"], stats["importance_since_reflection"]) == (1, 1, 0)
+    assert (stats.pending.count, stats.usage["rater"].failures, stats.state.importance_since_reflection) == (1, 1, 0)
 
     chat.fail_with = None
     chat.on(RATER, "7")
@@ -114,10 +116,10 @@ async def test_an_embedding_failure_leaves_the_memory_pending_too(
         await memory.observe("Maria painted a mural")
     found = await memory.observe_many([Observation("Maria sang"), Observation("Maria danced")])
     assert [m.status for m in found] == ["pending", "pending"]  # observe_many reports, never raises
-    assert (await memory.stats())["pending"] == 3
+    assert (await memory.stats()).pending.count == 3
     embedder.fail_with = None
     assert await memory.complete_pending() == 3
-    assert (await memory.stats())["pending"] == 0
+    assert (await memory.stats()).pending.count == 0
     assert await memory.importance_total() == 9
 
 
@@ -140,21 +142,47 @@ async def test_stats_count_kinds_histogram_fallbacks_and_usage(
         await memory.observe(text)
     await memory.observe("given", importance=10)
     stats = await memory.stats("default")
-    assert (stats["observations"], stats["reflections"], stats["pending"], stats["fallback"]) == (5, 0, 0, 1)
-    assert {k: v for k, v in stats["histogram"].items() if v} == {"2": 2, "5": 1, "9": 1, "10": 1}
-    assert stats["importance_since_reflection"] == 2 + 2 + 9 + 5 + 10
-    assert stats["reflection_threshold"] == 150
-    assert stats["usage"]["rater"]["calls"] == 5  # a, b, c, and d twice
-    assert stats["usage"]["embedding"]["calls"] == 5
-    assert "agent" not in stats["usage"]
+    counts, state = stats.counts, stats.state
+    assert (counts.observations, counts.reflections, stats.pending.count, counts.fallback) == (5, 0, 0, 1)
+    assert {k: v for k, v in counts.histogram.items() if v} == {2: 2, 5: 1, 9: 1, 10: 1}
+    assert state is not None and state.importance_since_reflection == 2 + 2 + 9 + 5 + 10
+    assert stats.reflection_threshold == 150
+    assert stats.usage["rater"].calls == 5  # a, b, c, and d twice
+    assert stats.usage["embedding"].calls == 5
+    assert "agent" not in stats.usage
 
     await memory.respond("Want to paint?", speaker="Klaus", observe_message=False)
-    usage = (await memory.stats("default"))["usage"]
-    assert usage["agent"]["calls"] == 1
-    assert usage["agent"]["prompt_tokens"] == len(chat.calls_with(AGENT)[0].split())
-    assert usage["rater"]["calls"] == 6  # the reply is observed (and rated) too
-    assert (await memory.stats())["observations"] == 6
+    usage = (await memory.stats("default")).usage
+    assert usage["agent"].calls == 1
+    assert usage["agent"].prompt_tokens == len(chat.calls_with(AGENT)[0].split())
+    assert usage["rater"].calls == 6  # the reply is observed (and rated) too
+    assert (await memory.stats()).counts.observations == 6
 
+
+async def test_stats_as_json_keep_the_keys_and_order_the_cli_prints(memory: MemoryStream, chat: ScriptedChat,
+                                                                    clock: FakeClock) -> None:
+    chat.on(RATER, "4")
+    await memory.observe("a")
+    await memory.store.save_reflection("default", [], to_timestamp(clock.now()))
+    await memory.store.count_fault("default", "rating_fallback")
+    chat.fail_with = CompletionError("down", retryable=True)
+    with pytest.raises(CompletionError):
+        await memory.observe("b")
+    stats = await memory.stats()
+    everything = stats.to_json()
+    assert list(everything) == ["observations", "reflections", "pending", "fallback", "histogram", "failed_attempts",
+                                "next_retry_at", "usage", "faults", "retries"]
+    assert [everything[key] for key in ("observations", "reflections", "pending", "fallback")] == [2, 0, 1, 0]
+    assert everything["histogram"] == {**{str(i): 0 for i in range(1, 11)}, "4": 1}
+    assert stats.pending.next_retry_at is not None and everything["failed_attempts"] == 1
+    assert everything["next_retry_at"] == stats.pending.next_retry_at.isoformat()
+    assert list(everything["usage"]["rater"]) == ["calls", "failures", "prompt_tokens", "completion_tokens"]
+    assert everything["usage"]["rater"]["failures"] == 1 and everything["faults"] == {"rating_fallback": 1}
+    one = (await memory.stats("default")).to_json()
+    assert list(one) == [*everything, "importance_since_reflection", "reflection_threshold", "last_reflection_at",
+                         "reflections_run", "reflections_skipped"]
+    assert [one[key] for key in list(one)[-5:]] == [0, 150, "2023-02-13T08:00:00+00:00", 1, 0]
+    assert json.loads(json.dumps(one)) == one  # plain JSON data
 
 async def test_concurrent_reflections_on_one_stream_run_once(make_memory: MakeMemory, chat: ScriptedChat) -> None:
     memory = make_memory(config=StreamConfig(reflection_threshold=10), auto_reflect=False)
@@ -286,7 +314,7 @@ async def test_respond_observes_both_sides_and_keeps_the_message_out_of_its_memo
     [(model, _)] = [call for call in chat.calls if AGENT in call[1]]
     assert model == "agent-model"
     trace = await memory.store.trace(trace_id=reply.trace_id)
-    assert trace is not None and trace["reply_memory_id"] == reply.memory.id
+    assert trace is not None and trace.reply_memory_id == reply.memory.id
 
 
 async def test_time_is_shown_in_the_persona_time_zone(make_memory: MakeMemory, chat: ScriptedChat) -> None:

@@ -18,6 +18,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from memstream.cli import main
 from memstream.errors import ConfigError, MemoryNotFound
+from memstream.records import RoleUsage
 from memstream.render import tree_json
 from memstream.stream import MemoryStream
 from memstream.testing import FakeClock, FakeEmbedder
@@ -266,7 +267,7 @@ async def test_stats_show_the_histogram_and_calls_per_role_and_day(client: Clien
     c = await client()
     page = await (await c.get("/stats", params={"s": STREAM})).text()
     data = await memory.stats(STREAM)
-    for importance, n in data["histogram"].items():
+    for importance, n in data.counts.histogram.items():
         assert f"<title>importance {importance}: {n} memories</title>" in page
     assert re.search(r"role-agent\"></span> agent</td><td class=\"n\">2</td><td class=\"n\">1</td>", page)
     today = datetime.now(UTC).strftime("%Y-%m-%d")
@@ -303,8 +304,7 @@ async def test_usage_is_counted_per_day_and_purged_with_its_stream(world: tuple[
     await memory.store.record_usage_many([(STREAM, "rater", 4, 1, 40, 4, 2), (STREAM, "reflector", 1, 0, 9, 9, 0)])
     days = {role: counts for _, role, counts in await memory.store.usage_by_day(STREAM)}
     totals = await memory.store.usage(STREAM)
-    assert days["rater"] == totals["rater"] == {"calls": 10, "failures": 1, "prompt_tokens": 640,
-                                                "completion_tokens": 10}
+    assert days["rater"] == totals["rater"] == RoleUsage(calls=10, failures=1, prompt_tokens=640, completion_tokens=10)
     assert days["reflector"] == totals["reflector"]
     await memory.purge(STREAM)
     assert await memory.store.usage_by_day(STREAM) == []
@@ -315,7 +315,7 @@ def test_the_usage_chart_shows_days_without_calls_and_one_year_at_most() -> None
     def day(n: int) -> datetime:
         return datetime(2024, 1, 1, tzinfo=UTC) + timedelta(days=n)
 
-    calls = {"calls": 3, "failures": 0, "prompt_tokens": 10, "completion_tokens": 5}
+    calls = RoleUsage(calls=3, failures=0, prompt_tokens=10, completion_tokens=5)
     chart = usage_svg([(day(0), "rater", calls), (day(3), "agent", calls), (day(3), "rater", calls)], "calls")
     bars = re.findall(r'<rect class="bar (role-\w+)" x="([\d.]+)"[^>]*><title>([\d-]+):', chart)
     assert [(role, date) for role, _, date in bars] == [("role-rater", "2024-01-01"), ("role-rater", "2024-01-04"),

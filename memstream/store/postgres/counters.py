@@ -7,8 +7,10 @@ from datetime import datetime
 from typing import Any
 
 from memstream.clock import from_timestamp
+from memstream.records import Counts, PendingState, RoleUsage, StreamState
 from memstream.store.postgres.core import Core
 from memstream.store.records import UsageRow
+from memstream.store.rowmap import STATE_COLUMNS, counts_from_rows, pending_from_row, state_from_row, usage_from_row
 
 __all__ = ["Counters"]
 
@@ -47,16 +49,9 @@ class Counters(Core):
         assert row is not None
         return int(row[0])
 
-    async def state(self, stream: str) -> dict[str, Any]:
+    async def state(self, stream: str) -> StreamState:
         """The importance total, last reflection time and counters of a stream."""
-        row = await self._row("SELECT importance_since_reflection, last_reflection_at, reflections, "
-                              "skipped_reflections FROM stream_state WHERE stream = %s", (stream,))
-        if row is None:
-            return {"importance_since_reflection": 0, "last_reflection_at": None, "reflections": 0,
-                    "skipped_reflections": 0}
-        return {"importance_since_reflection": int(row[0]),
-                "last_reflection_at": None if row[1] is None else from_timestamp(row[1]),
-                "reflections": int(row[2]), "skipped_reflections": int(row[3])}
+        return state_from_row(await self._row(f"SELECT {STATE_COLUMNS} FROM stream_state WHERE stream = %s", (stream,)))
 
     async def count_skipped_reflection(self, stream: str) -> None:
         """A reflection that could not run (it will be tried again)."""
@@ -100,32 +95,28 @@ class Counters(Core):
                                 '"C"', args)
         return {row[0]: int(row[1]) for row in rows}
 
-    async def pending_state(self, stream: str | None = None) -> dict[str, Any]:
+    async def pending_state(self, stream: str | None = None) -> PendingState:
         """Pending observations: how many, their failed attempts, and when the next retry is due."""
         where, args = _where(stream, "AND")
         row = await self._row(f"SELECT COUNT(*), COALESCE(SUM(attempts), 0), MIN(next_attempt_at) FROM memories "
                               f"WHERE status = 'pending' {where}", args)
         assert row is not None
-        return {"pending": int(row[0]), "failed_attempts": int(row[1]),
-                "next_retry_at": None if row[2] is None else from_timestamp(row[2]).isoformat()}
+        return pending_from_row(row)
 
-    async def usage(self, stream: str | None = None) -> dict[str, dict[str, int]]:
+    async def usage(self, stream: str | None = None) -> dict[str, RoleUsage]:
         """Model calls and tokens per role (one stream, or all)."""
         where, args = _where(stream)
         rows = await self._rows(f"SELECT role, SUM(calls), SUM(failures), SUM(prompt_tokens), SUM(completion_tokens) "
                                 f'FROM model_usage {where} GROUP BY role ORDER BY role COLLATE "C"', args)
-        return {row[0]: {"calls": int(row[1]), "failures": int(row[2]), "prompt_tokens": int(row[3]),
-                         "completion_tokens": int(row[4])} for row in rows}
+        return {row[0]: usage_from_row(row[1:]) for row in rows}
 
-    async def usage_by_day(self, stream: str | None = None) -> list[tuple[datetime, str, dict[str, int]]]:
+    async def usage_by_day(self, stream: str | None = None) -> list[tuple[datetime, str, RoleUsage]]:
         """Model calls and tokens per UTC day and role (one stream, or all), oldest day first."""
         where, args = _where(stream)
         rows = await self._rows(f"SELECT day, role, SUM(calls), SUM(failures), SUM(prompt_tokens), "
                                 f"SUM(completion_tokens) FROM model_usage_daily {where} GROUP BY day, role "
                                 'ORDER BY day, role COLLATE "C"', args)
-        return [(from_timestamp(row[0]), row[1], {"calls": int(row[2]), "failures": int(row[3]),
-                                                  "prompt_tokens": int(row[4]), "completion_tokens": int(row[5])})
-                for row in rows]
+        return [(from_timestamp(row[0]), row[1], usage_from_row(row[2:])) for row in rows]
 
     async def retries(self, stream: str | None = None) -> dict[str, int]:
         """Failed requests the model client retried, per role (one stream, or all)."""
@@ -134,19 +125,9 @@ class Counters(Core):
                                 'COLLATE "C"', args)
         return {row[0]: int(row[1]) for row in rows}
 
-    async def counts(self, stream: str | None = None) -> dict[str, Any]:
+    async def counts(self, stream: str | None = None) -> Counts:
         """Counts by kind and status, the importance histogram and fallback ratings."""
         where, args = _where(stream)
         rows = await self._rows(f"SELECT kind, status, importance, importance_source, COUNT(*) FROM memories {where} "
                                 "GROUP BY kind, status, importance, importance_source", args)
-        out: dict[str, Any] = {"observations": 0, "reflections": 0, "pending": 0, "fallback": 0,
-                               "histogram": {str(i): 0 for i in range(1, 11)}}
-        for kind, status, importance, source, n in rows:
-            out["observations" if kind == "observation" else "reflections"] += int(n)
-            if status == "pending":
-                out["pending"] += int(n)
-            if source == "fallback":
-                out["fallback"] += int(n)
-            if importance is not None:
-                out["histogram"][str(importance)] += int(n)
-        return out
+        return counts_from_rows(rows)

@@ -9,24 +9,24 @@ import numpy as np
 import numpy.typing as npt
 from psycopg.errors import DeadlockDetected
 
-from memstream.clock import from_timestamp
 from memstream.errors import MemoryNotFound, StoreError
-from memstream.records import Memory, Source
+from memstream.records import Memory
+from memstream.store.chunks import chunks
 from memstream.store.events import MemoriesTouched, MemoryUpdated, ready_event, ready_inserted
 from memstream.store.policy import collected_touches, retry_delay_sql
 from memstream.store.postgres.counters import Counters
 from memstream.store.postgres.presence import LIVE_OWNERS
 from memstream.store.records import NewMemory, UsageRow
+from memstream.store.rowmap import MEMORY_COLUMNS, memory_from_row
 
-__all__ = ["CLAIM_SECONDS", "Rows", "memory_row"]
+__all__ = ["CLAIM_SECONDS", "Rows"]
 
-COLUMNS = ("id, stream, kind, text, created_at, last_accessed_at, importance, importance_source, depth, "
-           "author, author_id, channel, channel_id, message_id, status, number")
 # A pending memory is the inserting (or claiming) process's while that process is there (presence.py), for this
 # long at most (server clock): another process's retries leave it alone while the first completes it (or fails
 # and lets it go: count_attempt).
 CLAIM_SECONDS = 300.0
 _DEADLOCK_TRIES = 5
+_ARRAY = 5000  # ids a query passes as one array parameter (no limit of bound parameters to keep under)
 _NOW = "extract(epoch FROM clock_timestamp())"
 _INSERT = ("INSERT INTO memories (stream, kind, text, created_at, last_accessed_at, importance, importance_source, "
            "depth, author, author_id, channel, channel_id, message_id, status, embedding, claimed_until, claimed_by) "
@@ -53,22 +53,6 @@ def _insert_row(m: NewMemory, owner: int | None) -> tuple[Any, ...]:
 
 def _vector(embedding: npt.NDArray[np.float32] | None) -> npt.NDArray[np.float32] | None:
     return None if embedding is None else np.ascontiguousarray(embedding, dtype=np.float32)
-
-
-def memory_row(row: Sequence[Any]) -> Memory:
-    """A Memory from a row of COLUMNS."""
-    return Memory(
-        id=int(row[0]), stream=row[1], kind=row[2], text=row[3],
-        created_at=from_timestamp(row[4]), last_accessed_at=from_timestamp(row[5]),
-        importance=row[6], importance_source=row[7], depth=row[8],
-        source=Source(author=row[9], author_id=row[10], channel=row[11], channel_id=row[12],
-                      message_id=row[13]),
-        status=row[14], number=row[15],
-    )
-
-
-def _chunks(items: Sequence[Any], size: int = 5000) -> list[list[Any]]:
-    return [list(items[i:i + size]) for i in range(0, len(items), size)]
 
 
 class Rows(Counters):
@@ -244,7 +228,7 @@ class Rows(Counters):
             by_stream.setdefault(stream, []).append(message_id)
         found: dict[tuple[str, str], int] = {}
         for stream, message_ids in by_stream.items():
-            for chunk in _chunks(sorted(set(message_ids))):
+            for chunk in chunks(sorted(set(message_ids)), _ARRAY):
                 rows = await self._rows("SELECT message_id, id FROM memories WHERE stream = %s AND "
                                         "message_id = ANY(%s)", (stream, chunk))
                 found.update(((stream, row[0]), int(row[1])) for row in rows)
@@ -257,18 +241,18 @@ class Rows(Counters):
 
     async def get(self, memory_id: int, *, stream: str | None = None) -> Memory:
         """One memory by id (restricted to `stream` when given)."""
-        row = await self._row(f"SELECT {COLUMNS} FROM memories WHERE id = %s", (memory_id,))
+        row = await self._row(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = %s", (memory_id,))
         if row is None or (stream is not None and row[1] != stream):
             where = f" in stream {stream!r}" if stream is not None else ""
             raise MemoryNotFound(f"no memory #{memory_id}{where}", memory_id=memory_id)
-        return memory_row(row)
+        return memory_from_row(row)
 
     async def get_many(self, ids: Sequence[int]) -> dict[int, Memory]:
         """Memories by id (missing ones are left out)."""
         found: dict[int, Memory] = {}
-        for chunk in _chunks([int(i) for i in ids]):
-            for row in await self._rows(f"SELECT {COLUMNS} FROM memories WHERE id = ANY(%s)", (chunk,)):
-                found[int(row[0])] = memory_row(row)
+        for chunk in chunks((int(i) for i in ids), _ARRAY):
+            for row in await self._rows(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = ANY(%s)", (chunk,)):
+                found[int(row[0])] = memory_from_row(row)
         return found
 
     async def by_number(self, stream: str, number: int) -> int:
@@ -282,11 +266,11 @@ class Rows(Counters):
                      kind: str | None = None) -> list[Memory]:
         """The most recent memories of a stream (of one kind, if given), newest first."""
         status = "" if include_pending else "AND status = 'ready'"
-        rows = await self._rows(f"SELECT {COLUMNS} FROM memories WHERE stream = %(stream)s {status} AND "
+        rows = await self._rows(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE stream = %(stream)s {status} AND "
                                 "(%(kind)s::text IS NULL OR kind = %(kind)s::text) ORDER BY created_at DESC, id DESC "
                                 "LIMIT %(limit)s OFFSET %(offset)s",
                                 {"stream": stream, "kind": kind, "limit": limit, "offset": offset})
-        return [memory_row(row) for row in rows]
+        return [memory_from_row(row) for row in rows]
 
     async def pending_memories(self, limit: int = 1000, *, due_at: float | None = None,
                                streams: Sequence[str] | None = None, claim: bool = False) -> list[Memory]:
@@ -298,16 +282,16 @@ class Rows(Counters):
                "AND (%(streams)s::text[] IS NULL OR stream = ANY(%(streams)s::text[]))")
         args = {"due": due_at, "limit": limit, "streams": None if streams is None else list(streams)}
         if not claim:
-            rows = await self._rows(f"SELECT {COLUMNS} FROM memories WHERE status = 'pending' {due} "
+            rows = await self._rows(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE status = 'pending' {due} "
                                     "ORDER BY id LIMIT %(limit)s", args)
-            return [memory_row(row) for row in rows]
+            return [memory_from_row(row) for row in rows]
         args["owner"] = await self.presence.owner()
         rows = await self._rows(
             f"WITH live (owner) AS MATERIALIZED ({LIVE_OWNERS}) "
             f"UPDATE memories SET claimed_until = {_NOW} + {CLAIM_SECONDS}, claimed_by = %(owner)s WHERE id IN "
             f"(SELECT id FROM memories WHERE status = 'pending' {due} AND {_FREE} "
-            f"ORDER BY id LIMIT %(limit)s FOR UPDATE OF memories SKIP LOCKED) RETURNING {COLUMNS}", args)
-        return sorted((memory_row(row) for row in rows), key=lambda m: m.id)
+            f"ORDER BY id LIMIT %(limit)s FOR UPDATE OF memories SKIP LOCKED) RETURNING {MEMORY_COLUMNS}", args)
+        return sorted((memory_from_row(row) for row in rows), key=lambda m: m.id)
 
     async def by_author(self, stream: str, author_id: str) -> list[int]:
         """Ids of the observations made from one author's messages in a stream."""
@@ -318,9 +302,9 @@ class Rows(Counters):
     async def author_memories(self, author_id: str, *, stream: str | None = None) -> list[Memory]:
         """The observations made from one author's messages, oldest first: in one stream, or in every one."""
         where, args = ("stream = %s AND ", [stream]) if stream is not None else ("", [])
-        rows = await self._rows(f"SELECT {COLUMNS} FROM memories WHERE {where}author_id = %s AND "
+        rows = await self._rows(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE {where}author_id = %s AND "
                                 "kind = 'observation' ORDER BY created_at, id", [*args, author_id])
-        return [memory_row(row) for row in rows]
+        return [memory_from_row(row) for row in rows]
 
     async def stream_pages(self, stream: str, *, page: int = 1000) -> AsyncIterator[list[Memory]]:
         """Every memory of a stream, pending ones too, oldest first, a page at a time."""
@@ -328,17 +312,17 @@ class Rows(Counters):
         while True:
             where, args = ("", []) if after is None else (
                 "AND (created_at, id) > (%s, %s)", [after[0], after[1]])
-            rows = await self._rows(f"SELECT {COLUMNS} FROM memories WHERE stream = %s {where} "
+            rows = await self._rows(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE stream = %s {where} "
                                     "ORDER BY created_at, id LIMIT %s", [stream, *args, page])
             if not rows:
                 return
-            yield [memory_row(row) for row in rows]
+            yield [memory_from_row(row) for row in rows]
             after = (rows[-1][4], int(rows[-1][0]))
 
     async def by_message(self, message_ids: Sequence[str]) -> list[int]:
         """Ids of the memories made from these Discord messages, in any stream."""
         found: list[int] = []
-        for chunk in _chunks(list(message_ids)):
+        for chunk in chunks(message_ids, _ARRAY):
             rows = await self._rows("SELECT id FROM memories WHERE message_id = ANY(%s) ORDER BY id", (chunk,))
             found.extend(int(row[0]) for row in rows)
         return found

@@ -2,33 +2,29 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
-from memstream.clock import from_timestamp
 from memstream.store.postgres.evidence import Evidence
+from memstream.store.records import NewTrace
+from memstream.store.rowmap import TRACE_COLUMNS, TRACE_FIELDS, trace_items_to_rows, trace_to_row
+from memstream.store.walks import TraceLookup
 
 __all__ = ["Traces"]
 
 
-class Traces(Evidence):
+class Traces(TraceLookup, Evidence):
     """Saving, linking and reading reply traces."""
 
-    async def save_trace(self, stream: str, at: float, query: str, items: list[dict[str, Any]],
-                         reply_memory_id: int | None, *, query_memory_id: int | None = None,
-                         query_message_id: str | None = None, query_author_id: str | None = None) -> int:
+    async def save_trace(self, trace: NewTrace) -> int:
         """Record what a reply was built from, and which message (whose) it answered."""
         async with self.transaction():
-            row = await self._row(
-                "INSERT INTO reply_traces (stream, created_at, query, reply_memory_id, items, query_memory_id, "
-                "query_message_id, query_author_id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
-                (stream, at, query, reply_memory_id, json.dumps(items), query_memory_id, query_message_id,
-                 query_author_id))
+            row = await self._row(f"INSERT INTO reply_traces ({TRACE_FIELDS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+                                  "RETURNING id", trace_to_row(trace))
             assert row is not None
             trace_id = int(row[0])
             await self._many("INSERT INTO trace_items (memory_id, trace_id) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                             [(int(item["id"]), trace_id) for item in items])
+                             trace_items_to_rows(trace, trace_id))
         return trace_id
 
     async def delete_trace(self, trace_id: int) -> None:
@@ -53,16 +49,9 @@ class Traces(Evidence):
                 await self._execute("UPDATE memories SET message_id = %s WHERE id = %s AND message_id IS NULL",
                                     (message_ids[0], reply_memory_id))
 
-    async def trace(self, *, trace_id: int | None = None, message_id: str | None = None) -> dict[str, Any] | None:
-        """A reply trace by its id or by the Discord message id of any part of the reply."""
-        if trace_id is None and message_id is not None:
-            row = await self._row("SELECT trace_id FROM trace_messages WHERE message_id = %s", (message_id,))
-            if row is None:
-                return None
-            trace_id = int(row[0])
-        found = await self._row("SELECT id, stream, created_at, query, reply_memory_id, message_id, items "
-                                "FROM reply_traces WHERE id = %s", (trace_id,))
-        if found is None:
-            return None
-        return {"id": int(found[0]), "stream": found[1], "created_at": from_timestamp(found[2]), "query": found[3],
-                "reply_memory_id": found[4], "message_id": found[5], "items": json.loads(found[6])}
+    async def _trace_of_message(self, message_id: str) -> int | None:
+        row = await self._row("SELECT trace_id FROM trace_messages WHERE message_id = %s", (message_id,))
+        return None if row is None else int(row[0])
+
+    async def _trace_row(self, trace_id: int) -> Sequence[Any] | None:
+        return await self._row(f"SELECT {TRACE_COLUMNS} FROM reply_traces WHERE id = %s", (trace_id,))

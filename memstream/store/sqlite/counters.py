@@ -7,7 +7,9 @@ from datetime import datetime
 from typing import Any
 
 from memstream.clock import from_timestamp
+from memstream.records import Counts, PendingState, RoleUsage, StreamState
 from memstream.store.records import UsageRow
+from memstream.store.rowmap import STATE_COLUMNS, counts_from_rows, pending_from_row, state_from_row, usage_from_row
 from memstream.store.sqlite.migrate import Migrations
 
 __all__ = ["DAILY_USAGE", "USAGE", "Counters"]
@@ -26,6 +28,10 @@ DAILY_USAGE = ("INSERT INTO model_usage_daily (stream, role, day, calls, failure
                 "retries = retries + excluded.retries")
 
 
+def _where(stream: str | None, prefix: str = "WHERE") -> tuple[str, tuple[Any, ...]]:
+    return (f"{prefix} stream = ?", (stream,)) if stream is not None else ("", ())
+
+
 class Counters(Migrations):
     """Stream state, usage and fault counters, and counts of memories."""
 
@@ -40,19 +46,10 @@ class Counters(Migrations):
         assert row is not None
         return int(row[0])
 
-    async def state(self, stream: str) -> dict[str, Any]:
+    async def state(self, stream: str) -> StreamState:
         """The importance total, last reflection time and counters of a stream."""
-        async with self.conn.execute(
-            "SELECT importance_since_reflection, last_reflection_at, reflections, skipped_reflections "
-            "FROM stream_state WHERE stream = ?", (stream,)
-        ) as cur:
-            row = await cur.fetchone()
-        if row is None:
-            return {"importance_since_reflection": 0, "last_reflection_at": None, "reflections": 0,
-                    "skipped_reflections": 0}
-        return {"importance_since_reflection": row[0],
-                "last_reflection_at": None if row[1] is None else from_timestamp(row[1]),
-                "reflections": row[2], "skipped_reflections": row[3]}
+        async with self.conn.execute(f"SELECT {STATE_COLUMNS} FROM stream_state WHERE stream = ?", (stream,)) as cur:
+            return state_from_row(await cur.fetchone())
 
     async def count_skipped_reflection(self, stream: str) -> None:
         """A reflection that could not run (it will be tried again)."""
@@ -85,23 +82,22 @@ class Counters(Migrations):
 
     async def faults(self, stream: str | None = None) -> dict[str, int]:
         """Fault counts by kind (one stream, or all)."""
-        where, args = ("WHERE stream = ?", (stream,)) if stream is not None else ("", ())
+        where, args = _where(stream)
         async with self.conn.execute(
             f"SELECT kind, SUM(count) FROM faults {where} GROUP BY kind ORDER BY kind", args
         ) as cur:
             return {row[0]: int(row[1]) for row in await cur.fetchall()}
 
-    async def pending_state(self, stream: str | None = None) -> dict[str, Any]:
+    async def pending_state(self, stream: str | None = None) -> PendingState:
         """Pending observations: how many, their failed attempts, and when the next retry is due."""
-        where, args = ("AND stream = ?", (stream,)) if stream is not None else ("", ())
+        where, args = _where(stream, "AND")
         async with self.conn.execute(
             f"SELECT COUNT(*), COALESCE(SUM(attempts), 0), MIN(next_attempt_at) FROM memories "
             f"WHERE status = 'pending' {where}", args
         ) as cur:
             row = await cur.fetchone()
         assert row is not None
-        return {"pending": row[0], "failed_attempts": row[1],
-                "next_retry_at": None if row[2] is None else from_timestamp(row[2]).isoformat()}
+        return pending_from_row(row)
 
     async def record_usage_many(self, rows: Sequence[UsageRow]) -> None:
         """Add many (stream, role, calls, failures, prompt tokens, completion tokens, retries) rows at once."""
@@ -109,50 +105,37 @@ class Counters(Migrations):
             await self.conn.executemany(USAGE, list(rows))
             await self.conn.executemany(DAILY_USAGE, list(rows))
 
-    async def usage(self, stream: str | None = None) -> dict[str, dict[str, int]]:
+    async def usage(self, stream: str | None = None) -> dict[str, RoleUsage]:
         """Model calls and tokens per role (one stream, or all)."""
-        where, args = ("WHERE stream = ?", (stream,)) if stream is not None else ("", ())
+        where, args = _where(stream)
         async with self.conn.execute(
             f"SELECT role, SUM(calls), SUM(failures), SUM(prompt_tokens), SUM(completion_tokens) "
             f"FROM model_usage {where} GROUP BY role ORDER BY role", args
         ) as cur:
-            return {row[0]: {"calls": row[1], "failures": row[2], "prompt_tokens": row[3],
-                             "completion_tokens": row[4]} for row in await cur.fetchall()}
+            return {row[0]: usage_from_row(row[1:]) for row in await cur.fetchall()}
 
-    async def usage_by_day(self, stream: str | None = None) -> list[tuple[datetime, str, dict[str, int]]]:
+    async def usage_by_day(self, stream: str | None = None) -> list[tuple[datetime, str, RoleUsage]]:
         """Model calls and tokens per UTC day and role (one stream, or all), oldest day first."""
-        where, args = ("WHERE stream = ?", (stream,)) if stream is not None else ("", ())
+        where, args = _where(stream)
         async with self.conn.execute(
             f"SELECT day, role, SUM(calls), SUM(failures), SUM(prompt_tokens), SUM(completion_tokens) "
             f"FROM model_usage_daily {where} GROUP BY day, role ORDER BY day, role", args
         ) as cur:
-            return [(from_timestamp(row[0]), row[1], {"calls": row[2], "failures": row[3], "prompt_tokens": row[4],
-                                                      "completion_tokens": row[5]}) for row in await cur.fetchall()]
+            return [(from_timestamp(row[0]), row[1], usage_from_row(row[2:])) for row in await cur.fetchall()]
 
     async def retries(self, stream: str | None = None) -> dict[str, int]:
         """Failed requests the model client retried, per role (one stream, or all)."""
-        where, args = ("WHERE stream = ?", (stream,)) if stream is not None else ("", ())
+        where, args = _where(stream)
         async with self.conn.execute(
             f"SELECT role, SUM(retries) FROM model_usage {where} GROUP BY role ORDER BY role", args
         ) as cur:
             return {row[0]: int(row[1]) for row in await cur.fetchall()}
 
-    async def counts(self, stream: str | None = None) -> dict[str, Any]:
+    async def counts(self, stream: str | None = None) -> Counts:
         """Counts by kind and status, the importance histogram and fallback ratings."""
-        where, args = ("WHERE stream = ?", (stream,)) if stream is not None else ("", ())
+        where, args = _where(stream)
         async with self.conn.execute(
             f"SELECT kind, status, importance, importance_source, COUNT(*) FROM memories {where} "
             "GROUP BY kind, status, importance, importance_source", args
         ) as cur:
-            rows = await cur.fetchall()
-        out: dict[str, Any] = {"observations": 0, "reflections": 0, "pending": 0, "fallback": 0,
-                               "histogram": {str(i): 0 for i in range(1, 11)}}
-        for kind, status, importance, source, n in rows:
-            out["observations" if kind == "observation" else "reflections"] += n
-            if status == "pending":
-                out["pending"] += n
-            if source == "fallback":
-                out["fallback"] += n
-            if importance is not None:
-                out["histogram"][str(importance)] += n
-        return out
+            return counts_from_rows(await cur.fetchall())

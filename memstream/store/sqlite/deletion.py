@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from memstream.store.chunks import chunks
 from memstream.store.events import MemoriesRemoved, StreamDropped
 from memstream.store.sqlite.traces import Traces
 from memstream.store.walks import CascadeWalk
@@ -23,8 +24,7 @@ class Deletion(CascadeWalk, Traces):
         Memories in `keep` stay (an edited message: only what was drawn from its old text goes)."""
         async with self.transaction():
             ordered = await self._doomed(ids, messages, author, keep)
-            for start in range(0, len(ordered), 500):
-                chunk = ordered[start:start + 500]
+            for chunk in chunks(ordered):
                 marks = ",".join("?" * len(chunk))
                 async with self.conn.execute(f"SELECT text FROM memories WHERE id IN ({marks})", chunk) as cur:
                     self._residue += [row[0] for row in await cur.fetchall()]
@@ -35,9 +35,7 @@ class Deletion(CascadeWalk, Traces):
 
     async def _citing(self, ids: set[int]) -> set[int]:
         found: set[int] = set()
-        ordered = sorted(ids)
-        for start in range(0, len(ordered), 500):
-            chunk = ordered[start:start + 500]
+        for chunk in chunks(sorted(ids)):
             marks = ",".join("?" * len(chunk))
             async with self.conn.execute(
                 f"SELECT DISTINCT reflection_id FROM evidence WHERE memory_id IN ({marks})", chunk
@@ -48,9 +46,7 @@ class Deletion(CascadeWalk, Traces):
     async def _replies_to(self, ids: set[int]) -> set[int]:
         """The replies (memories) built to answer these memories' messages; their traces are deleted."""
         replies: set[int] = set()
-        ordered = sorted(ids)
-        for start in range(0, len(ordered), 500):
-            chunk = ordered[start:start + 500]
+        for chunk in chunks(sorted(ids)):
             marks = ",".join("?" * len(chunk))
             where = (f"query_memory_id IN ({marks}) OR query_message_id IN (SELECT message_id FROM memories "
                      f"WHERE id IN ({marks}) AND message_id IS NOT NULL AND stream = reply_traces.stream)")
@@ -65,9 +61,7 @@ class Deletion(CascadeWalk, Traces):
     async def _replies_using(self, ids: set[int]) -> set[int]:
         """The replies (memories) whose prompts held one of these memories; their traces are deleted."""
         replies: set[int] = set()
-        ordered = sorted(ids)
-        for start in range(0, len(ordered), 500):
-            chunk = ordered[start:start + 500]
+        for chunk in chunks(sorted(ids)):
             where = f"id IN (SELECT trace_id FROM trace_items WHERE memory_id IN ({','.join('?' * len(chunk))}))"
             async with self.conn.execute(f"SELECT reply_memory_id, query FROM reply_traces WHERE {where}",
                                          chunk) as cur:
@@ -79,10 +73,8 @@ class Deletion(CascadeWalk, Traces):
 
     async def _drop_traces(self, messages: Sequence[str], author: tuple[str, str] | None) -> set[int]:
         """Delete the traces answering these messages or this (stream, author); their replies' ids."""
-        wheres: list[tuple[str, list[Any]]] = []
-        for start in range(0, len(messages), 500):
-            chunk = list(messages[start:start + 500])
-            wheres.append((f"query_message_id IN ({','.join('?' * len(chunk))})", chunk))
+        wheres: list[tuple[str, list[Any]]] = [(f"query_message_id IN ({','.join('?' * len(chunk))})", chunk)
+                                               for chunk in chunks(messages)]
         if author is not None:
             wheres.append(("stream = ? AND query_author_id = ?", list(author)))
         replies: set[int] = set()

@@ -8,18 +8,16 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from memstream.clock import from_timestamp
 from memstream.errors import MemoryNotFound
-from memstream.records import Memory, Source
+from memstream.records import Memory
+from memstream.store.chunks import CHUNK, chunks
 from memstream.store.events import MemoriesTouched, MemoryUpdated, ready_event, ready_inserted, touched_by_stream
 from memstream.store.policy import collected_touches, retry_delay_sql
 from memstream.store.records import NewMemory, UsageRow
+from memstream.store.rowmap import MEMORY_COLUMNS, memory_from_row
 from memstream.store.sqlite.counters import DAILY_USAGE, USAGE, Counters
 
 __all__ = ["Rows", "to_blob"]
-
-_COLUMNS = ("id, stream, kind, text, created_at, last_accessed_at, importance, importance_source, depth, "
-            "author, author_id, channel, channel_id, message_id, status, number")
 
 _INSERT = ("INSERT INTO memories (stream, kind, text, created_at, last_accessed_at, importance, importance_source, "
            "depth, author, author_id, channel, channel_id, message_id, status, embedding) "
@@ -36,17 +34,6 @@ def _insert_row(m: NewMemory) -> tuple[Any, ...]:
 def to_blob(vector: npt.NDArray[np.float32]) -> bytes:
     """A vector in sqlite-vec's float32 format."""
     return np.ascontiguousarray(vector, dtype="<f4").tobytes()
-
-
-def _memory(row: Sequence[Any]) -> Memory:
-    return Memory(
-        id=row[0], stream=row[1], kind=row[2], text=row[3],
-        created_at=from_timestamp(row[4]), last_accessed_at=from_timestamp(row[5]),
-        importance=row[6], importance_source=row[7], depth=row[8],
-        source=Source(author=row[9], author_id=row[10], channel=row[11], channel_id=row[12],
-                      message_id=row[13]),
-        status=row[14], number=row[15],
-    )
 
 
 class Rows(Counters):
@@ -148,9 +135,7 @@ class Rows(Counters):
             by_stream.setdefault(stream, []).append(message_id)
         found: dict[tuple[str, str], int] = {}
         for stream, message_ids in by_stream.items():
-            unique = sorted(set(message_ids))
-            for start in range(0, len(unique), 500):
-                chunk = unique[start:start + 500]
+            for chunk in chunks(sorted(set(message_ids))):
                 async with self.conn.execute(
                     f"SELECT message_id, id FROM memories WHERE stream = ? AND message_id IN "
                     f"({','.join('?' * len(chunk))})", (stream, *chunk)
@@ -222,7 +207,7 @@ class Rows(Counters):
         the touch); their last access becomes `at` (collected inside `deferred_touches()`, as `touch`) and
         `usage` is added, in one write: all of it one hop to SQLite's thread."""
         ids = [int(i) for i in ids]
-        if len(ids) > 500:  # more than one statement's worth of ids: the plain calls, one write
+        if len(ids) > CHUNK:  # more than one statement's worth of ids: the plain calls, one write
             async with self.transaction():
                 found = await self.get_many(ids)
                 await self.touch(ids, at)
@@ -238,7 +223,7 @@ class Rows(Counters):
 
         def read_and_write(conn: Any) -> tuple[list[Any], bool]:
             """The rows, and whether the write joined a transaction another task holds open."""
-            rows = conn.execute(f"SELECT {_COLUMNS} FROM memories WHERE id IN ({marks})", ids).fetchall()
+            rows = conn.execute(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id IN ({marks})", ids).fetchall()
             if not (touching and rows) and not usage:
                 return list(rows), False
             began = not conn.in_transaction  # else another task's open transaction: joined, as by `touch`
@@ -261,7 +246,7 @@ class Rows(Counters):
         if not ids and not usage:
             return {}
         rows, joined = await self.conn.run(read_and_write)
-        found = {int(row[0]): _memory(row) for row in rows}
+        found = {int(row[0]): memory_from_row(row) for row in rows}
         if touching and found:
             touched = touched_by_stream(found.values(), at)
             held = self._open_events() if joined else None
@@ -273,12 +258,12 @@ class Rows(Counters):
 
     async def get(self, memory_id: int, *, stream: str | None = None) -> Memory:
         """One memory by id (restricted to `stream` when given)."""
-        async with self.conn.execute(f"SELECT {_COLUMNS} FROM memories WHERE id = ?", (memory_id,)) as cur:
+        async with self.conn.execute(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = ?", (memory_id,)) as cur:
             row = await cur.fetchone()
         if row is None or (stream is not None and row[1] != stream):
             where = f" in stream {stream!r}" if stream is not None else ""
             raise MemoryNotFound(f"no memory #{memory_id}{where}", memory_id=memory_id)
-        return _memory(row)
+        return memory_from_row(row)
 
     async def by_number(self, stream: str, number: int) -> int:
         """The id of the memory a stream shows as #number (MemoryNotFound if there is none)."""
@@ -292,12 +277,11 @@ class Rows(Counters):
     async def get_many(self, ids: Sequence[int]) -> dict[int, Memory]:
         """Memories by id (missing ones are left out)."""
         found: dict[int, Memory] = {}
-        for start in range(0, len(ids), 500):
-            chunk = list(ids[start:start + 500])
+        for chunk in chunks(ids):
             marks = ",".join("?" * len(chunk))
-            for row in await self.conn.execute_fetchall(f"SELECT {_COLUMNS} FROM memories WHERE id IN ({marks})",
+            for row in await self.conn.execute_fetchall(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id IN ({marks})",
                                                         chunk):  # one round trip to SQLite's thread
-                found[row[0]] = _memory(row)
+                found[row[0]] = memory_from_row(row)
         return found
 
     async def recent(self, stream: str, limit: int, *, offset: int = 0, include_pending: bool = False,
@@ -305,24 +289,25 @@ class Rows(Counters):
         """The most recent memories of a stream (of one kind, if given), newest first."""
         status = "" if include_pending else "AND status = 'ready'"
         async with self.conn.execute(
-            f"SELECT {_COLUMNS} FROM memories WHERE stream = ?1 {status} AND (?2 IS NULL OR kind = ?2) "
+            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE stream = ?1 {status} AND (?2 IS NULL OR kind = ?2) "
             "ORDER BY created_at DESC, id DESC LIMIT ?3 OFFSET ?4", (stream, kind, limit, offset)
         ) as cur:
-            return [_memory(row) for row in await cur.fetchall()]
+            return [memory_from_row(row) for row in await cur.fetchall()]
 
     async def pending_memories(self, limit: int = 1000, *, due_at: float | None = None,
                                streams: Sequence[str] | None = None, claim: bool = False) -> list[Memory]:
         """Memories waiting for a rating or an embedding, oldest first; with `due_at`, only those whose
         next attempt is due by then; with `streams`, only those of these streams (500 keys a query).
         `claim` changes nothing here (see Store.pending_memories)."""
-        sql = (f"SELECT {_COLUMNS} FROM memories WHERE status = 'pending' AND (? IS NULL OR next_attempt_at IS NULL "
-               "OR next_attempt_at <= ?)")
+        sql = (f"SELECT {MEMORY_COLUMNS} FROM memories WHERE status = 'pending' AND (? IS NULL OR "
+               "next_attempt_at IS NULL OR next_attempt_at <= ?)")
         found: list[Memory] = []
-        for chunk in [None] if streams is None else [streams[i:i + 500] for i in range(0, len(streams), 500)]:
+        groups: list[list[str] | None] = [None] if streams is None else list(chunks(streams))
+        for chunk in groups:
             where = "" if chunk is None else f" AND stream IN ({','.join('?' * len(chunk))})"
             async with self.conn.execute(f"{sql}{where} ORDER BY id LIMIT ?",
                                          (due_at, due_at, *(chunk or ()), limit)) as cur:
-                found += [_memory(row) for row in await cur.fetchall()]
+                found += [memory_from_row(row) for row in await cur.fetchall()]
         return sorted(found, key=lambda m: m.id)[:limit]
 
     async def by_author(self, stream: str, author_id: str) -> list[int]:
@@ -337,10 +322,10 @@ class Rows(Counters):
         """The observations made from one author's messages, oldest first: in one stream, or in every one."""
         where, args = ("stream = ? AND ", [stream]) if stream is not None else ("", [])
         async with self.conn.execute(
-            f"SELECT {_COLUMNS} FROM memories WHERE {where}author_id = ? AND kind = 'observation' "
+            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE {where}author_id = ? AND kind = 'observation' "
             "ORDER BY created_at, id", [*args, author_id],
         ) as cur:
-            return [_memory(row) for row in await cur.fetchall()]
+            return [memory_from_row(row) for row in await cur.fetchall()]
 
     async def stream_pages(self, stream: str, *, page: int = 1000) -> AsyncIterator[list[Memory]]:
         """Every memory of a stream, pending ones too, oldest first, a page at a time (a long stream is never
@@ -350,20 +335,19 @@ class Rows(Counters):
             where, args = ("", []) if after is None else (
                 "AND (created_at > ? OR (created_at = ? AND id > ?))", [after[0], after[0], after[1]])
             async with self.conn.execute(
-                f"SELECT {_COLUMNS} FROM memories WHERE stream = ? {where} ORDER BY created_at, id LIMIT ?",
+                f"SELECT {MEMORY_COLUMNS} FROM memories WHERE stream = ? {where} ORDER BY created_at, id LIMIT ?",
                 [stream, *args, page],
             ) as cur:
                 rows = list(await cur.fetchall())
             if not rows:
                 return
-            yield [_memory(row) for row in rows]
+            yield [memory_from_row(row) for row in rows]
             after = (rows[-1][4], rows[-1][0])
 
     async def by_message(self, message_ids: Sequence[str]) -> list[int]:
         """Ids of the memories made from these Discord messages, in any stream."""
         found: list[int] = []
-        for start in range(0, len(message_ids), 500):
-            chunk = list(message_ids[start:start + 500])
+        for chunk in chunks(message_ids):
             marks = ",".join("?" * len(chunk))
             async with self.conn.execute(f"SELECT id FROM memories WHERE message_id IN ({marks})", chunk) as cur:
                 found.extend(row[0] for row in await cur.fetchall())

@@ -272,7 +272,7 @@ async def test_observe_refuses_empty_text(tmp_path: Path, server: FakeOpenAIServ
 def test_the_histogram_is_drawn_as_bars() -> None:
     from memstream.render import histogram_lines
 
-    lines = histogram_lines({"1": 10, "2": 5, "3": 0, "4": 1}, width=20)
+    lines = histogram_lines({1: 10, 2: 5, 3: 0, 4: 1}, width=20)
     assert lines[0] == "   1 " + "\u2588" * 20 + " 10"
     assert lines[1] == "   2 " + "\u2588" * 10 + " " * 10 + " 5"
     assert lines[2] == "   3 " + " " * 20 + " 0"

@@ -62,7 +62,8 @@ async def test_a_persona_goes_to_postgresql_and_back_unchanged(tmp_path: Path, p
         assert len(original["trace_messages"]) == 2 and original["model_usage"] and original["faults"]
         [after] = await pg.insert([NewMemory(stream="s", kind="observation", text="new", created_at=0.0)])
         assert after > made["top"]  # the forgotten memory's id is not given again
-        assert (await pg.trace(message_id="r2"))["id"] == made["trace"]  # type: ignore[index]
+        trace = await pg.trace(message_id="r2")
+        assert trace is not None and trace.id == made["trace"]
     async with await Store.open(tmp_path / "a.db") as src, await Store.open(postgres_url) as pg, \
             await Store.open(tmp_path / "b.db") as back:
         await copy_store(pg, back, source=postgres_url)

@@ -341,10 +341,10 @@ async def test_a_burst_is_rated_once_each_embedded_in_batches_with_bounded_calls
     assert all(len(batch) <= 32 for batch in embedder.calls)
     assert chat.most <= limit
     usage = await store.usage()
-    assert usage["rater"]["calls"] == 250 and usage["rater"]["prompt_tokens"] == 2500
-    assert usage["embedding"]["calls"] == len(embedder.calls)
+    assert usage["rater"].calls == 250 and usage["rater"].prompt_tokens == 2500
+    assert usage["embedding"].calls == len(embedder.calls)
     state = await store.state("guild:1")
-    assert state["importance_since_reflection"] == 6 * per_stream["guild:1"]
+    assert state.importance_since_reflection == 6 * per_stream["guild:1"]
     assert len((await store.load_stream("guild:1")).ids) == per_stream["guild:1"]
 
 

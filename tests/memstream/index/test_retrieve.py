@@ -287,9 +287,9 @@ async def test_each_retrieval_counts_its_embedding_call_once_failed_ones_too(mak
     for _ in range(3):
         await memory.retrieve("what did Maria paint?")
     after = (await memory.store.usage("default"))["embedding"]
-    assert after["calls"] - before["calls"] == 3
+    assert after.calls - before.calls == 3
     embedder.fail_with = ProviderError("the embedding server is down")
     with pytest.raises(ProviderError):
         await memory.retrieve("what did Maria paint?")
     failed = (await memory.store.usage("default"))["embedding"]
-    assert (failed["calls"] - after["calls"], failed["failures"] - after["failures"]) == (1, 1)
+    assert (failed.calls - after.calls, failed.failures - after.failures) == (1, 1)

@@ -222,9 +222,9 @@ async def test_a_memory_stream_observes_retrieves_reflects_and_responds_over_htt
         assert models == {"rater": {"rater-fake"}, "questions": {"reflector-fake"},
                           "insights": {"reflector-fake"}, "agent": {"agent-fake"}}
         assert {r.body["model"] for r in openai_server.requests if r.path == "/v1/embeddings"} == {"embedding-fake"}
-        usage = (await memory.stats())["usage"]
-        assert usage["agent"]["prompt_tokens"] == len(openai_server.chat_requests[-2].prompt.split())
-        assert usage["embedding"]["prompt_tokens"] > 0
+        usage = (await memory.stats()).usage
+        assert usage["agent"].prompt_tokens == len(openai_server.chat_requests[-2].prompt.split())
+        assert usage["embedding"].prompt_tokens > 0
 
 
 async def test_a_server_outage_leaves_pending_memories_completed_later(
@@ -236,7 +236,7 @@ async def test_a_server_outage_leaves_pending_memories_completed_later(
         openai_server.fail_next("500", path="chat")
         with pytest.raises(CompletionError, match=r"HTTP 500.*kept and will be completed later"):
             await memory.observe(PARTY)
-        assert (await memory.stats())["pending"] == 1
+        assert (await memory.stats()).pending.count == 1
         assert await memory.complete_pending() == 1
         [done] = await memory.recent()
         assert (done.status, done.importance) == ("ready", 8)

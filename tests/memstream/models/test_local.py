@@ -200,7 +200,7 @@ async def test_the_local_server_rates_memories_with_an_integer(tmp_path: Path) -
         server.stop()
     assert [m.importance_source for m in stored] == ["rater"] * 4
     assert all(m.importance is not None and 1 <= m.importance <= 10 for m in stored)
-    assert stats["fallback"] == 0 and stats["usage"]["rater"]["calls"] == 4  # each answered at the first try
+    assert stats.counts.fallback == 0 and stats.usage["rater"].calls == 4  # each answered at the first try
 
 
 @_needs("xllamacpp")
