@@ -99,7 +99,7 @@ def relevance_terms(low: float, high: float, error: float, weight: float, slack:
 
 
 def _compile() -> dict[str, Any]:
-    from memstream import _loops  # optional: numba imported, the loops compiled or loaded, on first use
+    from memstream.index import _loops  # optional: numba imported, the loops compiled or loaded, on first use
 
     return {"prepare": _loops.prepare, "cosines": _loops.cosines, "pass_terms": _loops.pass_terms,
             "candidates": _loops.candidates, "cut": _loops.cut, "finish": _loops.finish, "quantize": _loops.quantize,
