@@ -34,7 +34,7 @@ from memstream.clock import from_timestamp
 from memstream.config import StreamConfig
 from memstream.index import _kernels as kernels
 from memstream.index import _pages as pages
-from memstream.index.retriever import rank
+from memstream.index.ranking import rank
 from memstream.index.vectors import StreamVectors
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
 
