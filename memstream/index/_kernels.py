@@ -6,7 +6,7 @@ product itself. Here a query is `prepare` (the query), pass 1 (_scan.py: the pro
 approximate score, the candidates, split over the cores) and `finish` (the exact scores, the top k).
 
 The loops do the same floating-point operations, in the same order, as the numpy path and the reference (no
-fast-math: no reassociation, no fused multiply-add), so the error bounds argued in spec.py hold for both
+fast-math: no reassociation, no fused multiply-add), so the error bounds argued in _terms.py hold for both
 paths, and the exact pass reproduces the reference's sums and pow() bit for bit. The one exception is
 the float32 product, whose error bound holds for any order of its sums, with or without fused
 multiply-adds. tests/memstream/index/test_fastpath.py checks both paths against the reference. The scalar rules
