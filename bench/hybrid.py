@@ -34,7 +34,7 @@ from memstream.clock import from_timestamp
 from memstream.config import StreamConfig
 from memstream.index import _kernels as kernels
 from memstream.index import _pages as pages
-from memstream.index.retriever import rank
+from memstream.index.ranking import rank
 from memstream.index.vectors import StreamVectors
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
 
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{'int16 screen' if r['screened'] else 'float32 rows'}")
         print("  floors: " + ", ".join(f"{key.removesuffix('_ms')} {value:.1f}" for key, value in r.items()
                                        if ("floor_" in key or "screen_" in key) and key.endswith("_ms")))
-    print("milliseconds, medians; rank = retrieve.rank (spec, compiled), hybrid = the same with the hybrid profile;"
+    print("milliseconds, medians; rank = memstream.index.rank (spec, compiled), hybrid = the same, hybrid profile;"
           " retrieve = MemoryStream.retrieve over the store file; floor = the fastest plain pass over the bench's"
           " matrix, floor* over the matrix the store loaded, each timed in the same rounds as what it is"
           " compared with")

@@ -27,7 +27,8 @@ from bench.timing import Floors, ms, rounds
 from memstream.config import StreamConfig
 from memstream.index import _kernels as kernels
 from memstream.index import _pages as pages
-from memstream.index.retriever import rank, rank_reference
+from memstream.index.ranking import rank
+from memstream.index.reference import rank_reference
 from memstream.index.vectors import StreamVectors
 from memstream.store import sqlite_module, to_blob
 
@@ -52,7 +53,7 @@ LIMIT :k
 @contextlib.contextmanager
 def on_cores(count: int) -> Iterator[None]:
     """The calling thread (and the threads it starts) on `count` of the process's cores: memstream's pass 1
-    takes a thread a core it may run on (scan.py), so `rank` and the floor use the same number."""
+    takes a thread a core it may run on (memstream/index/_scan.py), so `rank` and the floor use the same number."""
     saved = os.sched_getaffinity(0)
     os.sched_setaffinity(0, sorted(saved)[:count])
     try:

@@ -27,7 +27,9 @@ if _typing.TYPE_CHECKING:
         StoreLocked,
         StoreReadOnly,
     )
-    from memstream.index.retriever import Retriever, rank, rank_reference
+    from memstream.index.ranking import rank
+    from memstream.index.reference import rank_reference
+    from memstream.index.retriever import Retriever
     from memstream.models.embed import Embedder, OpenAIEmbedder, SentenceTransformerEmbedder
     from memstream.models.llm import ChatModel, Completion, OpenAIChat
     from memstream.models.roles import Models, RoleModel
@@ -69,7 +71,9 @@ _SOURCES: dict[str, tuple[str, ...]] = {
                           "RoleUsage", "ScoredMemory", "Source", "Stats", "StreamState", "TraceItem"),
     "memstream.reflect": ("Insight", "Reflection", "Reflector", "parse_citations", "parse_insights",
                           "parse_questions"),
-    "memstream.index.retriever": ("Retriever", "rank", "rank_reference"),
+    "memstream.index.ranking": ("rank",),
+    "memstream.index.reference": ("rank_reference",),
+    "memstream.index.retriever": ("Retriever",),
     "memstream.store": ("Store",),
     "memstream.stream": ("DEFAULT_STREAM", "MemoryStream", "Observation", "Reply"),
 }

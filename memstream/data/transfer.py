@@ -18,7 +18,7 @@ import numpy as np
 
 from memstream.config import StreamConfig
 from memstream.errors import ConfigError, StoreError
-from memstream.index.retriever import rank
+from memstream.index.ranking import rank
 from memstream.store import Store, is_database_url, redact
 from memstream.store.tables import TABLES, Table
 from memstream.index.vectors import StreamVectors

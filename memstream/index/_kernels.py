@@ -1,17 +1,16 @@
-"""Compiled loops for retrieval (numba), with the numpy path in retrieve.py as the fallback.
+"""Compiled loops for retrieval (numba, _loops.py), with the numpy path (spec.py, hybrid.py) as the fallback.
 
 Why compiled: the matrix product streams the whole matrix through the CPU caches, and every numpy call after
 it starts cold. At 10k memories the few dozen small calls around the product cost a third as much as the
-product itself. Here a query is `prepare` (the query), pass 1 (scan.py: the product and every row's
+product itself. Here a query is `prepare` (the query), pass 1 (_scan.py: the product and every row's
 approximate score, the candidates, split over the cores) and `finish` (the exact scores, the top k).
 
 The loops do the same floating-point operations, in the same order, as the numpy path and the reference (no
-fast-math: no reassociation, no fused multiply-add), so the error bounds argued in retrieve.py hold for both
+fast-math: no reassociation, no fused multiply-add), so the error bounds argued in _terms.py hold for both
 paths, and the exact pass reproduces the reference's sums and pow() bit for bit. The one exception is
 the float32 product, whose error bound holds for any order of its sums, with or without fused
 multiply-adds. tests/memstream/index/test_fastpath.py checks both paths against the reference. The scalar rules
-(`recency_terms`, `importance_terms`, `relevance_terms`) are plain Python, used as they are by the numpy
-path and compiled into the loops: one definition for both.
+of pass 1 and the bundles the loops take are in _terms.py: one definition for both paths.
 
 The loops are compiled once and cached on disk (numba's cache: beside this file if it is writable, else the
 user's cache directory); loading them still takes a few seconds, so no query waits for it: `warm()` starts it
@@ -23,79 +22,23 @@ numba is missing or cannot compile here.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import threading
 from typing import Any
 
 import numpy as np
 
+from memstream.index._terms import Candidates, Columns, Scoring
 from memstream.store.arrays import F32, F64, I64
 
-__all__ = ["available", "finish", "importance_terms", "loops", "prepare", "ready", "recency_terms",
-           "relevance_terms", "warm"]
+__all__ = ["available", "finish", "loops", "prepare", "ready", "warm"]
 
 log = logging.getLogger(__name__)
 
-_U64 = 2.0**-53  # unit roundoff of float64
 _lock = threading.Lock()
 _kernels: dict[str, Any] | None = None
 _failed = False
 _warming = False
-
-
-# -- the scalar rules of pass 1, shared by both paths ------------------------------------------------
-
-
-def recency_terms(weight: float, decay: float, low: float, high: float, now: float,
-                  t0: float) -> tuple[float, float, float, float]:
-    """Pass 1's recency term: (scale, cap on y, error bound, magnitude); scale 0 leaves it out.
-
-    y = decay ** ((last_accessed - t0) / 3600) per row (StreamVectors.recency_proxy); low and high are the
-    stream's smallest and largest last access.
-    """
-    if weight == 0 or decay == 1.0 or low == high or low >= now:
-        return 0.0, math.inf, 0.0, 0.0  # recency is exactly equal for all: 0.5 everywhere
-    lam = -math.log(decay) / 3600.0
-    top = min(high, now)
-    y_hi, y_lo = math.exp(lam * (top - t0)), math.exp(lam * (low - t0))
-    # Relative error of y and of the reference's pow(): a few ulps plus the rounding of the exponent.
-    exponent = lam * max(abs(low - t0), abs(top - t0), now - low) + 1.0
-    rho = (16.0 + 4.0 * exponent) * _U64
-    ratio = y_lo / y_hi if y_hi > 0.0 else 1.0
-    error = weight * 8.0 * rho / (1.0 - ratio) if ratio < 1.0 else math.inf
-    if not (error <= weight / 4 and math.isfinite(y_hi)):
-        return 0.0, math.inf, weight / 2, 0.0  # too narrow to trust: leave recency to the exact pass
-    scale = weight / (y_hi - y_lo)
-    return scale, (y_hi if high > now else math.inf), error, scale * y_hi
-
-
-def importance_terms(weight: float, low: float, high: float) -> tuple[float, float]:
-    """Pass 1's importance term: (scale, magnitude); scale 0 when it is equal for all."""
-    if weight > 0 and high > low:
-        scale = weight / (high - low)
-        return scale, scale * max(abs(low), abs(high))
-    return 0.0, 0.0
-
-
-def relevance_terms(low: float, high: float, error: float, weight: float, slack: float, magnitude: float,
-                    weights: float) -> tuple[float, float]:
-    """Pass 1's relevance scale and its final slack, from the float32 cosines' range [low, high] and error
-    bound (inf: not to be trusted; 0 with low == high: all exactly equal), the weight of relevance, the slack
-    and magnitude of the other terms and the sum of the weights."""
-    cos_scale = 0.0
-    if weight > 0 and not (error == 0.0 and low == high):
-        spread = high - low
-        if math.isfinite(error) and spread > 8 * error:
-            cos_scale = weight / spread
-            slack += weight * 4 * error / spread
-            magnitude += cos_scale * max(abs(low), abs(high))
-        else:
-            slack += weight / 2
-    return cos_scale, (slack + 16 * _U64 * (magnitude + weights)) * (1 + 1e-6)
-
-
-# -- the loops -------------------------------------------------------------------------------------
 
 
 def _compile() -> dict[str, Any]:
@@ -134,11 +77,12 @@ def _warm(kernels: dict[str, Any]) -> None:
     kernels["cosines"](codes, ones32, ones32, ones32.copy(), 0)
     kernels["quantize"](np.ones((4, 4), np.float32), codes, ones32.copy(), 0)
     kernels["bm25"](ones.copy(), rows, rows, rows, rows, 1.0, 1.0, 1.2, 0.75)
-    terms = kernels["pass_terms"](0.0, 1.0, False, 0.0, 1.0, 0.5, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 2.0, 1e-6)
-    kernels["candidates"](ones32, 0, 4, ones, ones, *terms, np.full(2, -np.inf), rows.copy(), rows.copy())
-    kernels["cut"](ones32, rows.copy(), ones, ones, *terms[:4], 0.0)
-    kernels["finish"](np.ones((4, 4), np.float32), 0, rows[:2], rows[2:], ones, 2.0, ones, ones, ones, rows,
-                      2.0, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 2)
+    scoring = Scoring(1.0, 0.5, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 2.0)
+    scales = kernels["pass_terms"](0.0, 1.0, False, 0.0, scoring, 1e-6)
+    kernels["candidates"](ones32, 0, 4, ones, ones, scales, np.full(2, -np.inf), rows.copy(), rows.copy())
+    kernels["cut"](ones32, rows.copy(), ones, ones, scales, 0.0)
+    kernels["finish"](np.ones((4, 4), np.float32), 0, rows[:2], rows[2:], ones, 2.0, Columns(ones, ones, ones, rows),
+                      scoring, 2)
 
 
 def available() -> bool:
@@ -168,7 +112,7 @@ def warm(*, background: bool = False) -> None:
 
 
 def loops() -> dict[str, Any]:
-    """The compiled loops by name (scan.py runs pass 1's over the cores)."""
+    """The compiled loops by name (_scan.py runs pass 1's over the cores)."""
     kernels = _get()
     if kernels is None:
         raise RuntimeError("the compiled retrieval loops are not available")
@@ -181,10 +125,10 @@ def prepare(query: F32) -> tuple[F64, float, F32]:
     return q64, norm, unit
 
 
-def finish(matrix: F32, offset: int, rows: I64, extremes: I64, query: F64, q_norm: float, last: F64,
-           importance: F64, created: F64, ids: I64, now: float, decay: float, weights: tuple[float, float, float],
-           last_range: tuple[float, float], importance_range: tuple[float, float], k: int) -> tuple[I64, F64]:
-    """Pass 2: the top rows and, row by row, their (score, recency, importance, relevance, cosine)."""
-    top, parts = loops()["finish"](matrix, offset, rows, extremes, query, q_norm, last, importance, created, ids,
-                                    now, decay, *weights, *last_range, *importance_range, k)
+def finish(matrix: F32, offset: int, found: Candidates, query: F64, q_norm: float, columns: Columns,
+           scoring: Scoring, k: int) -> tuple[I64, F64]:
+    """Pass 2 of pass 1's candidates (matrix: the stream's rows from row `offset`, or if offset < 0 the found rows
+    gathered, candidates first): the top rows and, row by row, their (score, recency, importance, relevance,
+    cosine)."""
+    top, parts = loops()["finish"](matrix, offset, found.rows, found.extremes, query, q_norm, columns, scoring, k)
     return top, parts

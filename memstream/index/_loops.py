@@ -1,6 +1,7 @@
-"""The compiled loops of kernels.py (numba): imported only when first needed.
+"""The compiled loops of _kernels.py (numba): imported only when first needed.
 
-Module-level functions, so that numba's on-disk cache finds them again in the next process.
+Module-level functions, so that numba's on-disk cache finds them again in the next process. Arrays and scalars
+that travel together come in as one bundle (_terms.py's namedtuples).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from llvmlite import ir
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from memstream.index._kernels import _U64, importance_terms, recency_terms, relevance_terms
+from memstream.index._terms import U64, Scales, importance_terms, recency_terms, relevance_terms
 
 __all__ = ["bm25", "candidates", "cosines", "cut", "finish", "pass_terms", "prepare", "quantize"]
 
@@ -153,40 +154,38 @@ def bm25(out: Any, slots: Any, tfs: Any, slot_row: Any, slot_len: Any, idf: floa
             out[row] += idf * (tf * (k1 + 1.0)) / (tf + k1 * (1.0 - b + b * (length / avg)))
 
 @jit
-def score(i: int, y: Any, y_cap: float, rec_scale: float, importance: Any, imp_scale: float, c: float,
-          cos_scale: float) -> float:
+def score(i: int, y: Any, importance: Any, c: float, scales: Scales) -> float:
     # Pass 1's score of a row, term by term as the numpy path computes it.
     s = 0.0
-    if rec_scale != 0.0:
-        s = min(y[i], y_cap) * rec_scale
-    if imp_scale != 0.0:
-        s = s + importance[i] * imp_scale
-    if cos_scale != 0.0:
-        s = s + c * cos_scale
+    if scales.rec_scale != 0.0:
+        s = min(y[i], scales.y_cap) * scales.rec_scale
+    if scales.imp_scale != 0.0:
+        s = s + importance[i] * scales.imp_scale
+    if scales.cos_scale != 0.0:
+        s = s + c * scales.cos_scale
     return s
 
 @jit
-def pass_terms(lo: float, hi: float, nan: bool, t0: float, now: float, decay: float, w_rec: float, w_imp: float,
-               w_rel: float, last_low: float, last_high: float, imp_low: float, imp_high: float,
-               dim_error: float) -> tuple[float, float, float, float, float, float, float]:
-    # Pass 1's scales from the float32 cosines' range (lo, hi; nan: whether any is NaN): (rec_scale, y_cap,
-    # imp_scale, cos_scale, gap: twice the slack, and the cosines at or beyond which a row may hold the
-    # stream's smallest or largest cosine).
+def pass_terms(lo: float, hi: float, nan: bool, t0: float, scoring: Any, dim_error: float) -> Scales:
+    # Pass 1's scales from the float32 cosines' range (lo, hi; nan: whether any is NaN), the query's Scoring
+    # and t0 of the stream's recency proxy.
     error = dim_error if (math.isfinite(lo + hi) and not nan) else np.inf
-    rec_scale, y_cap, slack, magnitude = rec_terms(w_rec, decay, last_low, last_high, now, t0)
-    imp_scale, imp_magnitude = imp_terms(w_imp, imp_low, imp_high)
+    w_rec, w_imp, w_rel = scoring.w_rec, scoring.w_imp, scoring.w_rel
+    rec_scale, y_cap, slack, magnitude = rec_terms(w_rec, scoring.decay, scoring.last_low, scoring.last_high,
+                                                   scoring.now, t0)
+    imp_scale, imp_magnitude = imp_terms(w_imp, scoring.imp_low, scoring.imp_high)
     cos_scale, slack = rel_terms(lo, hi, error, w_rel, slack, magnitude + imp_magnitude, w_rec + w_imp + w_rel)
     cut_low, cut_high = (lo + 2 * error, hi - 2 * error) if math.isfinite(error) else (np.inf, -np.inf)
-    return rec_scale, y_cap, imp_scale, cos_scale, 2 * slack, cut_low, cut_high
+    return Scales(rec_scale, y_cap, imp_scale, cos_scale, 2 * slack, cut_low, cut_high)
 
 @jit
-def candidates(dots: Any, start: int, end: int, y: Any, importance: Any, rec_scale: float, y_cap: float,
-               imp_scale: float, cos_scale: float, gap: float, cut_low: float, cut_high: float, best: Any,
-               rows: Any, extremes: Any) -> tuple[int, int]:
+def candidates(dots: Any, start: int, end: int, y: Any, importance: Any, scales: Any, best: Any, rows: Any,
+               extremes: Any) -> tuple[int, int]:
     # Rows start..end-1 of pass 1: each row's approximate score, kept only as far as needed: into `rows`,
-    # the rows within `gap` of the k-th best score so far (`best`, ascending, updated: its size is k); into
-    # `extremes`, the rows that can hold the smallest or largest cosine. Returns how many of each (more than
-    # the room given: they did not all fit).
+    # the rows within `scales.gap` of the k-th best score so far (`best`, ascending, updated: its size is k);
+    # into `extremes`, the rows that can hold the smallest or largest cosine. Returns how many of each (more
+    # than the room given: they did not all fit).
+    rec_scale, y_cap, imp_scale, cos_scale, gap, cut_low, cut_high = scales
     count = 0
     ext = 0
     floor = best[0] - gap  # rows scoring below it cannot be among the k best
@@ -218,13 +217,12 @@ def candidates(dots: Any, start: int, end: int, y: Any, importance: Any, rec_sca
     return count, ext
 
 @jit
-def cut(dots: Any, rows: Any, y: Any, importance: Any, rec_scale: float, y_cap: float, imp_scale: float,
-        cos_scale: float, floor: float) -> int:
+def cut(dots: Any, rows: Any, y: Any, importance: Any, scales: Any, floor: float) -> int:
     # Keeps, in place and in order, the rows whose score is not below `floor`; returns how many.
     kept = 0
     for j in range(rows.size):
         i = rows[j]
-        if not (score(i, y, y_cap, rec_scale, importance, imp_scale, np.float64(dots[i]), cos_scale) < floor):
+        if not (score(i, y, importance, np.float64(dots[i]), scales) < floor):
             rows[kept] = i
             kept += 1
     return kept
@@ -254,10 +252,10 @@ def recency(decay: float, now: float, at: float) -> Any:
 
 @jit
 def recency_range(decay: float, now: float, last: Any, low: float, high: float) -> tuple[float, float]:
-    # The reference's min and max recency (retrieve._recency_range, the same rule).
+    # The reference's min and max recency (exact.pow_range, the same rule).
     if decay == 1.0:
         return 1.0, 1.0
-    window = 8 * 2 * _U64 * 3600.0 / -math.log(decay)
+    window = 8 * 2 * U64 * 3600.0 / -math.log(decay)
     top = max(abs(low), abs(high))
     if window < np.nextafter(top, np.inf) - top:
         return recency(decay, now, low), recency(decay, now, high)
@@ -274,14 +272,15 @@ def scaled(value: float, low: float, high: float) -> float:
     return 0.5 if high - low <= 0.0 else (value - low) / (high - low)
 
 @jit
-def finish(matrix: Any, offset: int, rows: Any, extremes: Any, query: Any, q_norm: float, last: Any,
-           importance: Any, created: Any, ids: Any, now: float, decay: float, w_rec: float, w_imp: float,
-           w_rel: float, last_low: float, last_high: float, imp_low: float, imp_high: float,
-           k: int) -> tuple[Any, Any]:
+def finish(matrix: Any, offset: int, rows: Any, extremes: Any, query: Any, q_norm: float, columns: Any,
+           scoring: Any, k: int) -> tuple[Any, Any]:
     # Pass 2: the reference's cosine of the candidates `rows` and of the rows that can hold the stream's
     # extreme cosines (rows of the stream: matrix[row - offset], or if offset < 0, matrix holds them
-    # gathered, candidates first), the reference's normalized parts and score of each candidate, and the
-    # k best by its rule (score, then the newer memory, then the higher id).
+    # gathered, candidates first), the reference's normalized parts and score of each candidate (from the
+    # stream's Columns and the query's Scoring), and the k best by its rule (score, then the newer memory,
+    # then the higher id).
+    last, importance, created, ids = columns
+    now, decay, w_rec, w_imp, w_rel, last_low, last_high, imp_low, imp_high = scoring
     count = rows.size
     if offset < 0:
         cos = exact_rows(matrix, query, q_norm)

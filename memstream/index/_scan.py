@@ -1,7 +1,7 @@
 """Pass 1 of the compiled path, split over the cores: the product, then the candidates.
 
 The threads (one a core, the calling thread among them) take pieces of the rows as they come free, so a
-slower core takes fewer: each computes its pieces' float32 cosines with the unit query (kernels' `cosines`).
+slower core takes fewer: each computes its pieces' float32 cosines with the unit query (_loops' `cosines`).
 Once every row's is in (the relevance term is normalized over the whole stream), each scores the pieces it
 computed, latest first (their cosines still in its caches), and keeps the rows near its own k best
 (`candidates`); the k best of all make the final cut.
@@ -19,18 +19,29 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from memstream.index import _kernels as kernels
+from memstream.index._terms import Candidates, Scales, Scoring
 from memstream.store.arrays import F32, F64, I64, cores
 
-__all__ = ["ROOM", "cosines", "each", "first_pass"]
+__all__ = ["ROOM", "Rows", "Source", "cosines", "each", "first_pass"]
 
 Rows = npt.NDArray[Any]  # float32 rows, or a screen's int16 codes (screen.py)
 T = TypeVar("T")
+
+
+class Source(NamedTuple):
+    """What pass 1 reads: the rows in (first row, rows) blocks, float32 or a screen's int16 codes; each row's
+    factor (its inverse norm, or the screen's factor); and how far the float32 cosines computed from them may
+    be from the reference's (inf: they cannot be trusted)."""
+
+    blocks: Sequence[tuple[int, Rows]]
+    factors: F32
+    error: float
 
 # Room for candidates and extreme rows in a compiled pass; beyond it the numpy path takes the query.
 ROOM = 4096
@@ -55,22 +66,21 @@ def cosines(blocks: Sequence[tuple[int, Rows]], unit: F32, inverse_norms: F32,
     return _range(found)
 
 
-def first_pass(blocks: Sequence[tuple[int, Rows]], unit: F32, inverse_norms: F32, y: F64, t0: float,
-               importance: F64, now: float, decay: float, weights: tuple[float, float, float],
-               last_range: tuple[float, float], importance_range: tuple[float, float], dim_error: float, k: int,
-               room: int = ROOM) -> tuple[I64, I64] | None:
-    """Pass 1: (the candidate rows, the rows that can hold the extreme cosines), or None if more than `room` of
-    either (scores equal within the error bound: the numpy path copes)."""
+def first_pass(source: Source, unit: F32, y: F64, t0: float, importance: F64, scoring: Scoring, k: int,
+               room: int = ROOM) -> Candidates | None:
+    """Pass 1 over `source`, each row scored from y (the recency proxy from t0), its importance and its cosine
+    with the unit query: the candidates, or None if more than `room` of either kind (scores equal within the
+    error bound: the numpy path copes)."""
     loops = kernels.loops()
+    inverse_norms = source.factors
     n = len(inverse_norms)
-    pieces = _pieces(blocks)
+    pieces = _pieces(source.blocks)
     room = min(room, n)
     ranges: list[tuple[float, float, bool]] = []
     lock = threading.Lock()
 
-    def terms() -> tuple[float, ...]:
-        found: tuple[float, ...] = loops["pass_terms"](*_range(ranges), t0, now, decay, *weights, *last_range,
-                                                       *importance_range, dim_error)
+    def terms() -> Scales:
+        found: Scales = loops["pass_terms"](*_range(ranges), t0, scoring, source.error)
         return found
 
     def share(cos: F32, products: _Claims, wait: Callable[[], None]) -> tuple[F64, I64, I64] | None:
@@ -84,7 +94,7 @@ def first_pass(blocks: Sequence[tuple[int, Rows]], unit: F32, inverse_norms: F32
         count = ext = 0
         for j in reversed(mine):  # its own pieces, whose cosines are still in its caches, the latest first
             start, part = pieces[j]
-            c, e = loops["candidates"](cos, start, start + len(part), y, importance, *scales, best,
+            c, e = loops["candidates"](cos, start, start + len(part), y, importance, scales, best,
                                        rows[min(count, room):], extremes[min(ext, room):])
             count, ext = count + c, ext + e
         return None if count > room or ext > room else (best, rows[:count], extremes[:ext])
@@ -100,11 +110,11 @@ def first_pass(blocks: Sequence[tuple[int, Rows]], unit: F32, inverse_norms: F32
         rows = np.concatenate([f[1] for f in parts])
         extremes = np.concatenate([f[2] for f in parts])
         scales = terms()
-        floor = float(np.partition(best, best.size - k)[best.size - k]) - scales[4]  # the k-th best, less the gap
-        kept = loops["cut"](cos, rows, y, importance, *scales[:4], floor)
+        floor = float(np.partition(best, best.size - k)[best.size - k]) - scales.gap  # the k-th best, less the gap
+        kept = loops["cut"](cos, rows, y, importance, scales, floor)
     if kept > room or len(extremes) > room:
         return None
-    return rows[:kept], extremes
+    return Candidates(rows[:kept], extremes)
 
 
 def each(count: int, work: Callable[[int], None]) -> None:

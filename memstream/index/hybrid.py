@@ -1,16 +1,18 @@
 """The `hybrid` profile's ranking (profiles.py): dense and lexical relevance, recency from creation.
 
 `rank_hybrid` gives the same top k as `rank_hybrid_reference`, the profile computed memory by memory in
-float64. As for `spec` (retrieve.py), a float32 pass over the matrix scores every memory within a bound, and
-the memories that bound cannot separate from the top k, with the extremes the normalization needs, are scored
-again with the reference's own operations. The lexical scores are the reference's already (lexical.py), and
-recency from creation needs no power per memory per query: one cached exponential per row, rescaled.
+float64. As for `spec` (spec.py), by exact.py's two passes: a float32 pass over the matrix scores every memory
+within a bound, and the memories that bound cannot separate from the top k, with the extremes the normalization
+needs, are scored again with the reference's own operations. The lexical scores are the reference's already
+(lexical.py), and recency from creation needs no power per memory per query: one cached exponential per row,
+rescaled.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -19,25 +21,32 @@ from memstream.config import StreamConfig
 from memstream.errors import StoreError
 from memstream.index import _kernels as kernels
 from memstream.index import _scan as scan
-from memstream.index.lexical import bm25_reference
-from memstream.index.profiles import min_max
-from memstream.index.retriever import (
+from memstream.index._terms import Candidates, Scales
+from memstream.index.exact import (
     Ranked,
-    _candidates,
-    _cosine,
-    _norm,
-    _scaled,
     approximate_cosines,
+    candidates,
     exact_cosines,
     pow_range,
     query_norm,
+    scaled,
 )
+from memstream.index.lexical import bm25_reference
+from memstream.index.profiles import min_max
+from memstream.index.reference import cosine, normalized
 from memstream.index.vectors import StreamVectors
 from memstream.store.arrays import F64, I64
 
 __all__ = ["rank_hybrid", "rank_hybrid_reference"]
 
 _PROXY_ERROR = 1e-9  # |min-max of the cached exponential - min-max of the reference's pow()|, generously
+
+
+class _Lexical(NamedTuple):
+    """Every row's BM25 score for the query (0 where no term matches), and the largest."""
+
+    scores: F64
+    top: float
 
 
 def rank_hybrid_reference(memories: Sequence[tuple[int, float, float, float, Sequence[float], str]],
@@ -49,9 +58,9 @@ def rank_hybrid_reference(memories: Sequence[tuple[int, float, float, float, Seq
     """
     if not memories:
         return []
-    rec = _norm([config.decay ** (max(now - m[1], 0.0) / 3600.0) for m in memories])
-    imp = _norm([float(m[3]) for m in memories])
-    cos = _norm([_cosine(m[4], query) for m in memories])
+    rec = normalized([config.decay ** (max(now - m[1], 0.0) / 3600.0) for m in memories])
+    imp = normalized([float(m[3]) for m in memories])
+    cos = normalized([cosine(m[4], query) for m in memories])
     lex = bm25_reference([m[5] for m in memories], query_text)
     top, share = max(lex), config.lexical_weight
     scored = []
@@ -65,14 +74,14 @@ def rank_hybrid_reference(memories: Sequence[tuple[int, float, float, float, Seq
     return [-s[2] for s in scored[:k]]
 
 
-def _lexical(vectors: StreamVectors, text: str | None, config: StreamConfig, compiled: bool) -> tuple[F64, float]:
+def _lexical(vectors: StreamVectors, text: str | None, config: StreamConfig, compiled: bool) -> _Lexical:
     """Every row's BM25 score for the query (0 where no term matches) and the largest."""
     if config.lexical_weight == 0 or config.weight_relevance == 0 or not text:
-        return np.zeros(vectors.n, np.float64), 0.0
+        return _Lexical(np.zeros(vectors.n, np.float64), 0.0)
     if vectors.terms is None:
         raise StoreError("this stream was loaded without its lexical index (VectorIndex(lexical=True))")
     scores = vectors.terms.score(text, vectors.n, compiled)
-    return scores, float(scores.max()) if scores.size else 0.0
+    return _Lexical(scores, float(scores.max()) if scores.size else 0.0)
 
 
 def _recency(vectors: StreamVectors, now: float, decay: float) -> tuple[F64, float]:
@@ -94,7 +103,7 @@ def _query_free(vectors: StreamVectors, now: float, config: StreamConfig) -> tup
     def make() -> F64:
         recency, _ = _recency(vectors, now, config.decay)
         lim = vectors.limits()
-        out: F64 = wr * recency + wi * _scaled(vectors.importance, lim["imp_min"], lim["imp_max"])
+        out: F64 = wr * recency + wi * scaled(vectors.importance, lim["imp_min"], lim["imp_max"])
         return out
 
     if config.decay != 1.0 and now < float(vectors.created.max()):
@@ -105,10 +114,10 @@ def _query_free(vectors: StreamVectors, now: float, config: StreamConfig) -> tup
 def rank_hybrid(vectors: StreamVectors, query: npt.NDArray[np.float32], text: str | None, now: float,
                 config: StreamConfig, k: int, *, compiled: bool = False) -> Ranked:
     """The top k rows of the stream under the `hybrid` profile, exactly rank_hybrid_reference's answer, by
-    kernels.py's loops where `compiled` (the same answer)."""
+    _kernels.py's loops where `compiled` (the same answer)."""
     q64 = query.astype(np.float64)
     q_norm = query_norm(q64)
-    lexical, top = _lexical(vectors, text, config, compiled)
+    lexical = _lexical(vectors, text, config, compiled)
     share, wl = config.lexical_weight, config.weight_relevance
     base, slack = _query_free(vectors, now, config)  # (shared: not to be written to)
     score: F64 | None = None
@@ -121,11 +130,11 @@ def rank_hybrid(vectors: StreamVectors, query: npt.NDArray[np.float32], text: st
             # each of the cosine, the low and the high is off by at most `error`
             slack += wl * (1.0 - share) * 4 * error / (high - low - 2 * error)
             margin = 2 * error
-            lex_scale = wl * share / top if top > 0.0 else 0.0
-            found = _compiled_candidates(cos, base, lexical, cos_scale, lex_scale, 2 * (slack + 1e-12),
+            lex_scale = wl * share / lexical.top if lexical.top > 0.0 else 0.0
+            found = _compiled_candidates(cos, base, lexical.scores, cos_scale, lex_scale, 2 * (slack + 1e-12),
                                          (low + margin, high - margin), k) if compiled else None
             if found is not None:
-                return _exact(vectors, q64, q_norm, now, config, k, *found, lexical, top)
+                return _exact(vectors, q64, q_norm, now, config, k, found, lexical)
             score = np.multiply(cos, cos_scale, dtype=np.float64)
             score += base
             extremes = np.flatnonzero((cos <= low + margin) | (cos >= high - margin)).astype(np.int64)
@@ -134,48 +143,50 @@ def rank_hybrid(vectors: StreamVectors, query: npt.NDArray[np.float32], text: st
             extremes = np.arange(vectors.n, dtype=np.int64)
     if score is None:
         score = base.copy()
-    if top > 0.0:
-        score += lexical * (wl * share / top)
-    rows = _candidates(score, slack + 1e-12, k) if math.isfinite(slack) else np.arange(vectors.n, dtype=np.int64)
-    return _exact(vectors, q64, q_norm, now, config, k, rows, extremes, lexical, top)
+    if lexical.top > 0.0:
+        score += lexical.scores * (wl * share / lexical.top)
+    rows = candidates(score, slack + 1e-12, k) if math.isfinite(slack) else np.arange(vectors.n, dtype=np.int64)
+    found = Candidates(rows, np.zeros(0, np.int64) if extremes is None else extremes)
+    return _exact(vectors, q64, q_norm, now, config, k, found, lexical)
 
 
 def _compiled_candidates(cos: npt.NDArray[np.float32], base: F64, lexical: F64, cos_scale: float, lex_scale: float,
-                         gap: float, cuts: tuple[float, float], k: int) -> tuple[I64, I64] | None:
-    """What the numpy lines after it compute, in one compiled pass (kernels' `candidates`, with the query-free
+                         gap: float, cuts: tuple[float, float], k: int) -> Candidates | None:
+    """What the numpy lines after it compute, in one compiled pass (_loops' `candidates`, with the query-free
     part as its `y` and BM25 as its `importance`): the rows whose score is within `gap` of the k-th best, and
     those at or beyond `cuts`, which can hold the extreme cosines; None if more than scan.ROOM of either."""
     loops = kernels.loops()
     room = min(scan.ROOM, cos.size)
     best, rows, extremes = np.full(k, -np.inf), np.empty(room, np.int64), np.empty(room, np.int64)
-    count, ext = loops["candidates"](cos, 0, cos.size, base, lexical, 1.0, math.inf, lex_scale, cos_scale, gap,
-                                     *cuts, best, rows, extremes)
+    scales = Scales(1.0, math.inf, lex_scale, cos_scale, gap, *cuts)
+    count, ext = loops["candidates"](cos, 0, cos.size, base, lexical, scales, best, rows, extremes)
     if count > room or ext > room:
         return None
-    kept = loops["cut"](cos, rows[:count], base, lexical, 1.0, math.inf, lex_scale, cos_scale, best[0] - gap)
-    return rows[:kept], extremes[:ext]
+    kept = loops["cut"](cos, rows[:count], base, lexical, scales, best[0] - gap)
+    return Candidates(rows[:kept], extremes[:ext])
 
 
-def _exact(vectors: StreamVectors, query: F64, q_norm: float, now: float, config: StreamConfig, k: int, rows: I64,
-           extremes: I64 | None, lexical: F64, top: float) -> Ranked:
+def _exact(vectors: StreamVectors, query: F64, q_norm: float, now: float, config: StreamConfig, k: int,
+           found: Candidates, lexical: _Lexical) -> Ranked:
     """The candidates scored by the reference's operations, then sorted by its rule."""
-    if extremes is None:  # a zero query: every cosine is 0
+    rows = found.rows
+    if q_norm == 0.0:  # every cosine is 0
         cos, c_lo, c_hi = np.zeros(rows.size), 0.0, 0.0
     else:
-        exact = exact_cosines(vectors, np.concatenate([rows, extremes]), query, q_norm)
+        exact = exact_cosines(vectors, np.concatenate([rows, found.extremes]), query, q_norm)
         cos = exact[: rows.size]
         c_lo, c_hi = float(exact.min()), float(exact.max())
     created = vectors.created
     decay = config.decay
     r_lo, r_hi = pow_range(created, float(created.min()), float(created.max()), now, decay)
     raw = np.array([decay ** (max(now - at, 0.0) / 3600.0) for at in created[rows].tolist()])
-    recency = _scaled(raw, r_lo, r_hi)
+    recency = scaled(raw, r_lo, r_hi)
     lim = vectors.limits()
-    importance = _scaled(vectors.importance[rows], lim["imp_min"], lim["imp_max"])
+    importance = scaled(vectors.importance[rows], lim["imp_min"], lim["imp_max"])
     share = config.lexical_weight
-    relevance = (1.0 - share) * _scaled(cos, c_lo, c_hi)
-    if top > 0.0:
-        relevance = relevance + share * (lexical[rows] / top)
+    relevance = (1.0 - share) * scaled(cos, c_lo, c_hi)
+    if lexical.top > 0.0:
+        relevance = relevance + share * (lexical.scores[rows] / lexical.top)
     score = (config.weight_recency * recency + config.weight_importance * importance
              + config.weight_relevance * relevance)
     order = np.lexsort((-vectors.ids[rows], -created[rows], -score))[:k]

@@ -202,7 +202,7 @@ class StreamTerms:
 
     def score(self, query: str, rows: int, compiled: bool | None = None) -> F64:
         """The BM25 score of each of the first `rows` rows for the query (0 where no weighted term matches).
-        `compiled`: kernels.py's loop or numpy (default: the loop once loaded); the same floats either way."""
+        `compiled`: _kernels.py's loop or numpy (default: the loop once loaded); the same floats either way."""
         out = np.zeros(rows, np.float64)
         compiled = kernels.ready() if compiled is None else compiled
         if self.live == 0:

@@ -1,7 +1,7 @@
 """A stream's matrix at half the bytes, for pass 1: each row as int16 codes times one scale.
 
-Pass 1 of a query (scan.py) reads every row of the stream, so it runs at the speed of memory, and reading
-half the bytes takes about half the time. It only needs each row's cosine within a known bound (retrieve.py:
+Pass 1 of a query (_scan.py) reads every row of the stream, so it runs at the speed of memory, and reading
+half the bytes takes about half the time. It only needs each row's cosine within a known bound (exact.py:
 the rows that bound cannot separate from the k best, and from the stream's smallest and largest cosine, are
 scored again from the float32 rows). So the screen keeps, per row, codes = round(row / scale) with scale =
 the row's largest |component| / 32767, and factor = scale / |row|: (codes . unit query) * factor is the

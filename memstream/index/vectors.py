@@ -29,7 +29,7 @@ __all__ = ["SCREEN_BYTES", "SCREEN_ROWS", "StreamVectors"]
 _MIN_BLOCK = 256
 _CHUNK = 8192
 # Rows whose norm is outside this range could underflow or overflow in float32 arithmetic: a stream that
-# holds one is scored without trusting its float32 cosines (see retrieve.rank).
+# holds one is scored without trusting its float32 cosines (see exact.error_bound).
 _NORM_RANGE = (2.0**-60, 2.0**60)
 # Above this exponent, exp() in the recency proxy is rebased so that it cannot overflow.
 _REBASE_EXPONENT = 500.0

@@ -15,7 +15,7 @@ import pytest
 
 from memstream.config import StreamConfig
 from memstream.errors import StoreError
-from memstream.index.retriever import rank
+from memstream.index.ranking import rank
 from memstream.index.vectors import StreamVectors
 from memstream.records import Source
 from memstream.store import NewMemory, NewTrace, Store

@@ -19,7 +19,9 @@ from memstream.config import StreamConfig
 from memstream.errors import StoreError
 from memstream.index import _kernels as kernels
 from memstream.index import _scan as scan
-from memstream.index.retriever import rank, rank_reference
+from memstream.index._terms import Scoring
+from memstream.index.ranking import rank
+from memstream.index.reference import rank_reference
 from memstream.index.vector_index import VectorIndex
 from memstream.index.vectors import SCREEN_ROWS, StreamVectors
 from memstream.models.llm import Completion
@@ -115,9 +117,9 @@ def test_a_stream_of_thousands_of_equal_scores_overflows_the_loops_and_the_numpy
     rows = [(i, T0, T0 + 60.0, 5.0, [0.5, 0.5, 0.0]) for i in range(1, 6001)]
     vectors = _vectors(rows)
     unit = np.array([1.0, 0.0, 0.0], np.float32)
-    found = scan.first_pass(list(vectors.blocks()), unit, vectors.inverse_norms, vectors.importance, 0.0,
-                            vectors.importance, T0 + 3600, 0.995, (1.0, 1.0, 1.0), (T0 + 60.0, T0 + 60.0),
-                            (5.0, 5.0), 1e-5, 5)
+    source = scan.Source(list(vectors.blocks()), vectors.inverse_norms, 1e-5)
+    scoring = Scoring(T0 + 3600, 0.995, 1.0, 1.0, 1.0, T0 + 60.0, T0 + 60.0, 5.0, 5.0)
+    found = scan.first_pass(source, unit, vectors.importance, 0.0, vectors.importance, scoring, 5)
     assert found is None  # 6,000 candidates do not fit in the loop's room
     _assert_same(vectors, [1.0, 0.0, 0.0], T0 + 3600, StreamConfig(), 5)
     ranked = rank(vectors, np.array([1.0, 0.0, 0.0], np.float32), T0 + 3600, StreamConfig(), 5)

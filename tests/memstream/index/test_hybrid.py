@@ -17,7 +17,7 @@ from memstream.clock import to_timestamp
 from memstream.index import _kernels as kernels
 from memstream.index.hybrid import rank_hybrid_reference
 from memstream.index.lexical import STOP_WORDS, StreamTerms, bm25_reference, terms
-from memstream.index.retriever import rank
+from memstream.index.ranking import rank
 from memstream.index.vector_index import VectorIndex
 from memstream.index.vectors import SCREEN_ROWS, StreamVectors
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
@@ -130,7 +130,7 @@ def test_the_index_equals_a_rebuild_after_any_writes(ops: list[tuple[str, int, i
     assert vectors.terms is not None
     ids = vectors.ids.tolist()
     reference = bm25_reference([texts[i] for i in ids], q)
-    for compiled in (True, False):  # kernels.py's loop and numpy: the reference's floats, both
+    for compiled in (True, False):  # _kernels.py's loop and numpy: the reference's floats, both
         scores = vectors.terms.score(q, vectors.n, compiled=compiled)
         got = {int(vectors.ids[r]): float(scores[r]) for r in np.flatnonzero(scores)}
         assert {i: s for i, s in zip(ids, reference, strict=True) if s} == got, f"compiled={compiled}"

@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 from memstream.clock import to_timestamp
 from memstream.config import StreamConfig
 from memstream.errors import ProviderError, StoreError
-from memstream.index.retriever import min_max, rank, rank_reference
+from memstream.index.profiles import min_max
+from memstream.index.ranking import rank
+from memstream.index.reference import rank_reference
 from memstream.index.vectors import StreamVectors
 from memstream.models.embed import normalize_rows
 from memstream.store import StreamArrays

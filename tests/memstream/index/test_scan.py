@@ -1,4 +1,4 @@
-"""Pass 1 split over the cores (scan.py): the same answer as the numpy path on large streams in several blocks,
+"""Pass 1 split over the cores (_scan.py): the same answer as the numpy path on large streams in several blocks,
 errors in a worker raised to the caller, concurrent passes that do not wait on each other forever."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from memstream.config import StreamConfig
 from memstream.index import _kernels as kernels
 from memstream.index import _scan as scan
-from memstream.index.retriever import rank
+from memstream.index.ranking import rank
 from memstream.index.vectors import StreamVectors
 from memstream.store import StreamArrays
 
