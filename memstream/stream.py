@@ -10,18 +10,17 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import openai
-
 from memstream.agent import Agent
 from memstream.clock import Clock, SystemClock, to_timestamp
 from memstream.config import PersonaConfig, StreamConfig
-from memstream.errors import ConfigError, ProviderError
+from memstream.errors import ProviderError
 from memstream.index.profiles import uses_lexical
 from memstream.index.retriever import Retriever, RetrieverLike
 from memstream.index.vector_index import VectorIndex
 from memstream.ingest import Ingest
-from memstream.models.embed import Embedder, OpenAIEmbedder, SentenceTransformerEmbedder
-from memstream.models.llm import ChatModel, Completion, OpenAIChat, make_client
+from memstream.models.connect import connect_models
+from memstream.models.embed import Embedder
+from memstream.models.llm import ChatModel, OpenAIChat
 from memstream.models.roles import Models, RoleModel
 from memstream.rate import Rater
 from memstream.records import (
@@ -38,7 +37,7 @@ from memstream.records import (
 from memstream.reflect import Reflection, Reflector
 from memstream.store import NewTrace, Store
 
-__all__ = ["DEFAULT_STREAM", "MemoryStream", "Observation", "Reply", "connect_models"]
+__all__ = ["DEFAULT_STREAM", "MemoryStream", "Observation", "Reply"]
 
 log = logging.getLogger("memstream")
 ReflectionHook = Callable[[str], Awaitable[None]]
@@ -57,39 +56,6 @@ class Reply:
 
 def _silent(step: str) -> None:
     return None
-
-
-class _Unavailable:
-    """A chat model that cannot be reached, saying why when (and only if) it is used."""
-
-    def __init__(self, error: ConfigError) -> None:
-        self.error = error
-
-    async def complete(self, prompt: str, *, model: str) -> Completion:
-        raise ConfigError(str(self.error))
-
-
-def connect_models(persona: PersonaConfig, environ: Mapping[str, str] | None = None
-                   ) -> tuple[ChatModel, Embedder, openai.AsyncOpenAI | None]:
-    """The persona's chat model and embedder: an OpenAI-compatible server, or for an embedding model
-    named `local:NAME`, a local sentence-transformers model (the `local` extra)."""
-    models = persona.models
-    local = models.embedding.startswith("local:")
-    embedder: Embedder
-    try:
-        key = models.api_key(environ)
-    except ConfigError as exc:
-        if not local:
-            raise
-        embedder = SentenceTransformerEmbedder.load(models.embedding.removeprefix("local:"))
-        return _Unavailable(exc), embedder, None
-    client = make_client(base_url=models.resolved_base_url(environ), api_key=key,
-                         timeout=models.timeout, max_retries=models.max_retries)
-    if local:
-        embedder = SentenceTransformerEmbedder.load(models.embedding.removeprefix("local:"))
-    else:
-        embedder = OpenAIEmbedder(client, model=models.embedding, dimensions=models.embedding_dimensions)
-    return OpenAIChat(client), embedder, client
 
 
 class MemoryStream:

@@ -24,7 +24,7 @@ DEFAULT_KS = (5, 10)
 async def cmd_eval(args: argparse.Namespace, persona: PersonaConfig) -> int:
     """Replay a labeled file per scoring profile; hit@k and recall@k, overall and per label."""
     from memstream.data.evaluate import CachedChat, CachedEmbedder, ModelCache, evaluate, read_eval
-    from memstream.stream import connect_models
+    from memstream.models.connect import connect_models
 
     lines = read_eval(Path(args.file))
     ks = sorted(set(args.k or DEFAULT_KS))
