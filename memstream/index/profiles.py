@@ -26,12 +26,12 @@ import numpy as np
 import numpy.typing as npt
 
 from memstream.config import BASELINES, PROFILE_NAMES, StreamConfig
+from memstream.store.arrays import F64
 
 __all__ = ["BASELINES", "PROFILES", "configured", "min_max", "score_parts", "uses_lexical"]
 
 PROFILES = PROFILE_NAMES
 _SCORING = ("profile", "weight_recency", "weight_importance", "weight_relevance", "recency_from", "lexical_weight")
-Floats = npt.NDArray[np.float64]
 
 
 def configured(config: StreamConfig, profile: str) -> StreamConfig:
@@ -50,24 +50,24 @@ def uses_lexical(config: StreamConfig) -> bool:
     return config.profile == "hybrid" and config.lexical_weight > 0 and config.weight_relevance > 0
 
 
-def min_max(values: Floats) -> Floats:
+def min_max(values: F64) -> F64:
     """Scale to 0..1 over the stream; where every value is equal, 0.5 for all."""
     if values.size == 0:
         return values
     low, high = float(values.min()), float(values.max())
     if high - low <= 0.0:
         return np.full_like(values, 0.5)
-    out: Floats = (values - low) / (high - low)
+    out: F64 = (values - low) / (high - low)
     return out
 
 
-def _hours(now: float, then: npt.NDArray[np.float64]) -> Floats:
-    out: Floats = np.maximum(now - then, 0.0) / 3600.0
+def _hours(now: float, then: npt.NDArray[np.float64]) -> F64:
+    out: F64 = np.maximum(now - then, 0.0) / 3600.0
     return out
 
 
-def score_parts(config: StreamConfig, *, cosine: Floats, importance: Floats, last_accessed: Floats,
-                created: Floats, now: float, lexical: Floats | None = None) -> tuple[Floats, Floats, Floats]:
+def score_parts(config: StreamConfig, *, cosine: F64, importance: F64, last_accessed: F64,
+                created: F64, now: float, lexical: F64 | None = None) -> tuple[F64, F64, F64]:
     """The (recency, importance, relevance) parts of every memory, on the profile's scale; `lexical` is every
     memory's BM25 score (hybrid only; None counts as no match anywhere)."""
     if config.profile == "hybrid":
@@ -75,8 +75,8 @@ def score_parts(config: StreamConfig, *, cosine: Floats, importance: Floats, las
     return _spec(config, cosine, importance, last_accessed, created, now)
 
 
-def _spec(config: StreamConfig, cosine: Floats, importance: Floats, last_accessed: Floats, created: Floats,
-          now: float) -> tuple[Floats, Floats, Floats]:
+def _spec(config: StreamConfig, cosine: F64, importance: F64, last_accessed: F64, created: F64,
+          now: float) -> tuple[F64, F64, F64]:
     since_access = np.power(config.decay, _hours(now, last_accessed))
     if config.recency_from == "created":
         recency = np.power(config.decay, _hours(now, created))
@@ -87,8 +87,8 @@ def _spec(config: StreamConfig, cosine: Floats, importance: Floats, last_accesse
     return min_max(recency), min_max(importance), min_max(cosine)
 
 
-def _hybrid(config: StreamConfig, cosine: Floats, importance: Floats, created: Floats, now: float,
-            lexical: Floats | None) -> tuple[Floats, Floats, Floats]:
+def _hybrid(config: StreamConfig, cosine: F64, importance: F64, created: F64, now: float,
+            lexical: F64 | None) -> tuple[F64, F64, F64]:
     share = config.lexical_weight
     relevance = (1.0 - share) * min_max(cosine)
     if lexical is not None and lexical.size and float(lexical.max()) > 0.0:

@@ -16,16 +16,16 @@ import openai
 
 from memstream.errors import ConfigError, EmbeddingError
 from memstream.models.llm import describe, map_provider_errors, post_json, raw_requests
+from memstream.store.arrays import F32
 
 __all__ = ["Embedder", "OpenAIEmbedder", "RetryMeter", "SentenceTransformerEmbedder", "TokenMeter", "normalize_rows"]
 
-Matrix = npt.NDArray[np.float32]
 
 
 class Embedder(Protocol):
     """Anything that turns texts into vectors, one row per text, in order."""
 
-    async def embed_batch(self, texts: Sequence[str]) -> Matrix: ...
+    async def embed_batch(self, texts: Sequence[str]) -> F32: ...
 
 
 @runtime_checkable
@@ -42,18 +42,18 @@ class RetryMeter(Protocol):
     def take_retries(self) -> int: ...
 
 
-def normalize_rows(matrix: npt.ArrayLike) -> Matrix:
+def normalize_rows(matrix: npt.ArrayLike) -> F32:
     """Rows scaled to unit length (zero rows stay zero), as float32."""
     m = np.asarray(matrix, dtype=np.float32)
     if m.ndim == 1:
         m = m.reshape(1, -1)
     norms = np.linalg.norm(m, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
-    out: Matrix = (m / norms).astype(np.float32, copy=False)
+    out: F32 = (m / norms).astype(np.float32, copy=False)
     return out
 
 
-def _vector(value: Any) -> Matrix:
+def _vector(value: Any) -> F32:
     """One embedding of an answer: base64 of little-endian float32, or a list of numbers."""
     if isinstance(value, str):
         return np.frombuffer(base64.b64decode(value, validate=True), dtype="<f4").astype(np.float32)
@@ -71,7 +71,7 @@ class OpenAIEmbedder:
         self._tokens = 0
         self._retries = 0
 
-    async def embed_batch(self, texts: Sequence[str]) -> Matrix:
+    async def embed_batch(self, texts: Sequence[str]) -> F32:
         """Vectors for `texts`, in order."""
         rows: list[Any] = []
         for start in range(0, len(texts), self.batch_size):
@@ -149,7 +149,7 @@ class SentenceTransformerEmbedder:
             getattr(transformers_logging, "disable_progress_bar", lambda: None)()
         return cls(SentenceTransformer(_packaged(name_or_path), device="cpu"))
 
-    async def embed_batch(self, texts: Sequence[str]) -> Matrix:
+    async def embed_batch(self, texts: Sequence[str]) -> F32:
         """Vectors for `texts`, computed in a worker thread."""
         result = await asyncio.to_thread(self.model.encode, list(texts), convert_to_numpy=True)
         return np.asarray(result, dtype=np.float32)
