@@ -138,6 +138,9 @@ def questions_text(result: Reflection) -> str:
     return "; ".join(result.questions) or "(none)"
 
 
-def because_text(result: Reflection, insight_id: int) -> str:
-    """What an insight of a reflection cites: "(because of #3, #7)"."""
-    return f"(because of {', '.join(f'#{i}' for i in result.evidence.get(insight_id, []))})"
+def because_text(result: Reflection, insight_id: int, numbers: Mapping[int, int | None] | None = None) -> str:
+    """What an insight of a reflection cites: "(because of #3, #7)": memory ids, or with `numbers` (id: the
+    number its stream shows it as) the numbers, which tell nothing of other streams."""
+    cited = result.evidence.get(insight_id, [])
+    shown = cited if numbers is None else [numbers.get(i) or "?" for i in cited]
+    return f"(because of {', '.join(f'#{i}' for i in shown)})"

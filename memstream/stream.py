@@ -317,6 +317,10 @@ class MemoryStream:
         """The most recent memories of a stream, newest first (pending ones included)."""
         return await self.store.recent(stream, limit, offset=offset, include_pending=True)
 
+    async def get_many(self, ids: Sequence[int]) -> dict[int, Memory]:
+        """Memories by id (missing ones left out)."""
+        return await self.store.get_many(ids)
+
     async def streams(self) -> list[str]:
         """Every stream key in the store."""
         return await self.store.streams()

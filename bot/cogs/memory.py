@@ -114,8 +114,10 @@ class MemoryCog(commands.Cog):
         result = await self.bot.memory.reflect(_stream(interaction))
         assert result is not None
         tz = self.bot.persona.tz
+        cited = await self.bot.memory.get_many(sorted({i for ids in result.evidence.values() for i in ids}))
+        numbers = {i: m.number for i, m in cited.items()}  # the server's own numbers, never global ids
         lines = [f"Questions: {questions_text(result)}"]
-        lines += [f"{memory_line(insight, tz, interaction.guild_id, 200)} {because_text(result, insight.id)}"
+        lines += [f"{memory_line(insight, tz, interaction.guild_id, 200)} {because_text(result, insight.id, numbers)}"
                   for insight in result.insights]
         if result.dropped:
             lines.append(f"{len(result.dropped)} insight(s) dropped for lack of evidence.")

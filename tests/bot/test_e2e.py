@@ -150,6 +150,17 @@ async def test_reflect_is_refused_to_non_managers_even_if_the_server_allows_the_
     assert sum(QUESTIONS in r.prompt for r in world.openai.chat_requests) == 1
 
 
+async def test_reflect_cites_the_server_s_own_numbers_never_global_ids(world: World) -> None:
+    for n in range(3):  # another server's memories take the first global ids
+        await world.say(world.other, world.lounge, world.maria, f"elsewhere {n}")
+    await world.say(world.town, world.general, world.klaus, "Valentine's Day party plans")
+    [mine] = await world.memory.recent(world.stream(world.town), 5)
+    assert mine.number == 1 and mine.id > 1
+    record = await world.fake.slash(world.town.id, world.general, world.manager, "reflect")
+    [shown] = await record.wait_done()
+    assert "(because of #1)" in shown.content and f"#{mine.id}" not in shown.content
+
+
 async def test_a_long_reply_is_split_and_everyone_is_never_pinged(world: World) -> None:
     world.models.reply = "@everyone come to the party! " + ("Bring snacks. " * 220)
     assert len(world.models.reply) > 3000
