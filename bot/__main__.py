@@ -22,7 +22,7 @@ from pathlib import Path
 import aiohttp
 import discord
 
-from bot.bot import OneLineReconnects, PersonaBot, make_bot
+from bot.bot import NoVoiceNotices, OneLineReconnects, PersonaBot, make_bot
 from bot.sharding import add_shard_arguments, parse_shards
 from memstream import ConfigError, MemoryStream, load_persona
 from memstream.config import is_database_url
@@ -54,11 +54,14 @@ def configure_logging(*, verbose: bool) -> None:
     # aiosqlite logs every statement with its values (message text) at DEBUG: never wanted in a log file.
     logging.getLogger("aiosqlite").setLevel(logging.INFO)
     client = logging.getLogger("discord.client")
-    if not any(isinstance(f, OneLineReconnects) for f in client.filters):
-        client.addFilter(OneLineReconnects())
+    for kind in (OneLineReconnects, NoVoiceNotices):
+        if not any(isinstance(f, kind) for f in client.filters):
+            client.addFilter(kind())
     if not verbose:  # an INFO line per model request and per client retry: dozens a second under load
         for name in ("httpx", "httpx2", "openai"):  # (failures are logged once by memstream, counted in stats)
             logging.getLogger(name).setLevel(logging.WARNING)
+        # APScheduler's INFO lines (a job added, executed, the scheduler started) say nothing the bot does not.
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)
 
 
 # An unreachable Discord at start (DNS, connection refused) is tried again after LOGIN_RETRY seconds, doubling

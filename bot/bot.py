@@ -54,6 +54,14 @@ class OneLineReconnects(logging.Filter):
         return True
 
 
+class NoVoiceNotices(logging.Filter):
+    """discord.py warns at every start that voice's libraries (PyNaCl, davey) are missing: the persona never
+    speaks in voice channels, so the warning is only noise for the operator."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "voice will NOT be supported" not in str(record.msg)
+
+
 def intents() -> discord.Intents:
     """What the persona needs: servers, messages and their content (a privileged intent)."""
     wanted = discord.Intents.none()

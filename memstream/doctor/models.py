@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import openai
 
@@ -21,7 +22,7 @@ from memstream.models.llm import OpenAIChat, make_client, map_provider_errors, r
 from memstream.prompts import load_prompt, one_line, tag_safe
 from memstream.rate import parse_rating
 
-__all__ = ["LIST_TIMEOUT", "OPENAI_URL", "ModelProbe", "list_models", "server_url"]
+__all__ = ["LIST_TIMEOUT", "OPENAI_URL", "ModelProbe", "list_models", "server_url", "unreachable_fix"]
 
 LIST_TIMEOUT = 10.0  # seconds for GET /models: a server that answers at all answers this at once
 OPENAI_URL = "https://api.openai.com/v1"
@@ -47,6 +48,18 @@ async def list_models(client: openai.AsyncOpenAI, where: str) -> list[str] | Non
 def _listed(name: str, ids: list[str]) -> bool:
     """Whether a model name is among the listed ids (Ollama lists `llama3.1` as `llama3.1:latest`)."""
     return name in ids or f"{name}:latest" in ids
+
+
+_LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1", "0.0.0.0", "host.docker.internal")
+
+
+def unreachable_fix(url: str) -> str:
+    """What to do about a model server that cannot be reached: start it, if it runs on this machine (or in a
+    container beside it); else the network or the URL is at fault (nobody runs `ollama serve` for OpenAI)."""
+    host = (urlsplit(url).hostname or "").lower()
+    if host in _LOCAL_HOSTS or host.endswith(".local"):
+        return "start the server (Ollama: ollama serve), or correct [models] base_url"
+    return f"check this machine's network (proxy, firewall, DNS) and [models] base_url ({host or url})"
 
 
 @dataclass
@@ -106,7 +119,7 @@ class ModelProbe:
         if "API key" in text:
             return f"export the right key in {self.models.api_key_env}"
         if "cannot reach" in text:
-            return "start the server (Ollama: ollama serve), or correct [models] base_url"
+            return unreachable_fix(self.url)
         return "check the server's log"
 
     def _model_checks(self, ids: list[str]) -> list[Check]:

@@ -152,6 +152,26 @@ def test_each_reconnect_attempt_is_one_warning_line(caplog: pytest.LogCaptureFix
     assert "Discord unreachable (ConnectionRefusedError" in text
 
 
+def test_the_default_log_has_no_voice_warnings_and_no_scheduler_chatter(caplog: pytest.LogCaptureFixture) -> None:
+    from bot.__main__ import configure_logging
+
+    names = ["", "aiosqlite", "httpx", "httpx2", "openai", "apscheduler"]
+    before = {name: logging.getLogger(name).level for name in names}
+    try:
+        configure_logging(verbose=False)
+        caplog.set_level(logging.INFO, logger="discord.client")
+        logging.getLogger("discord.client").warning("PyNaCl is not installed, voice will NOT be supported")
+        logging.getLogger("discord.client").warning("davey is not installed, voice will NOT be supported")
+        logging.getLogger("discord.client").warning("a warning worth reading")
+        logging.getLogger("apscheduler.scheduler").info("Scheduler started")
+        scheduler_level = logging.getLogger("apscheduler").getEffectiveLevel()
+    finally:  # leave logging as the other tests expect it
+        for name, level in before.items():
+            logging.getLogger(name).setLevel(level)
+    shown = [r.getMessage() for r in caplog.records if r.name.startswith(("discord", "apscheduler"))]
+    assert shown == ["a warning worth reading"] and scheduler_level == logging.WARNING
+
+
 async def test_an_unreachable_discord_at_start_is_one_line_per_try(monkeypatch: pytest.MonkeyPatch,
                                                                    caplog: pytest.LogCaptureFixture) -> None:
     import bot.__main__ as runner

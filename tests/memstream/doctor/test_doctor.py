@@ -13,6 +13,7 @@ import pytest
 
 from memstream.cli import main
 from memstream.doctor.checks import check_lines
+from memstream.doctor.models import unreachable_fix
 from memstream.doctor.store import check_sqlite
 from memstream.store import Store, sqlite_module
 from tests.fakes.discord_server import (
@@ -195,6 +196,13 @@ async def test_model_server_unreachable(world: World, capsys: pytest.CaptureFixt
     assert code == 1
     assert "is the server running? -> start the server" in line(lines, "model server")
     assert not [x for x in lines if x[6:20].rstrip() in ("model", "rating", "embedding")]  # nothing more to say
+
+
+def test_an_unreachable_hosted_api_is_not_told_to_start_ollama() -> None:
+    assert "ollama serve" in unreachable_fix("http://127.0.0.1:11434/v1")
+    assert "ollama serve" in unreachable_fix("http://localhost:8080/v1")
+    hosted = unreachable_fix("https://api.openai.com/v1")
+    assert "ollama" not in hosted.lower() and "network" in hosted and "api.openai.com" in hosted
 
 
 async def test_model_server_rejects_the_key(world: World, capsys: pytest.CaptureFixture[str],
