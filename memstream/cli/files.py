@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import contextlib
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -60,7 +61,8 @@ async def cmd_import(memory: MemoryStream, args: argparse.Namespace) -> int:
         now = await memory.store.get_many(sorted(set(done.waiting)))
         done.ready += sum(1 for i in done.waiting if i in now and now[i].status == "ready")
     left = (await memory.store.pending_state()).count  # of this file and of earlier runs
-    await _import_report(memory, args, history.format, len(lines), history.skipped, done, left)
+    streams = dict(Counter(o.stream for o in lines))
+    await _import_report(memory, args, ImportSummary(history.format, len(lines), history.skipped, streams), done, left)
     return 0 if left == 0 else 3
 
 
@@ -75,14 +77,38 @@ async def _import_chunk(memory: MemoryStream, part: Sequence[Observation], done:
         await _reflect_due(memory, at=max(o.at for o in part if o.at) if any(o.at for o in part) else None)
 
 
-async def _import_report(memory: MemoryStream, args: argparse.Namespace, form: str, count: int, skipped: int,
+@dataclass(frozen=True)
+class ImportSummary:
+    """What a file held: its format, its messages, those skipped, and how many went to each stream."""
+
+    form: str
+    count: int
+    skipped: int
+    streams: dict[str, int]
+
+
+def where_lines(streams: dict[str, int]) -> list[str]:
+    """Where an import's messages went, and how to look there (a stream other than the default one is easy
+    to miss: recall and chat read `default` unless told)."""
+    if not streams:
+        return []
+    shown = ", ".join(f"{key} ({n})" for key, n in sorted(streams.items())[:5])
+    more = f" and {len(streams) - 5} more" if len(streams) > 5 else ""
+    first = min(streams)
+    return [f"stored in stream(s): {shown}{more}; look there with --stream, e.g. memstream recall \"...\" "
+            f"--stream {first}"]
+
+
+async def _import_report(memory: MemoryStream, args: argparse.Namespace, summary_of: ImportSummary,
                          done: _Imported, left: int) -> None:
+    form, count, skipped = summary_of.form, summary_of.count, summary_of.skipped
     pending = count - done.ready
     due = await memory.due_streams()
     new = count - done.already
     summary = [f"read {count} {form} message(s): {new} new, {done.already} already imported; "
                f"{done.ready} ready, {pending} pending"
                + (f", {skipped} skipped (bots, joins, pins, empty)" if skipped else "")]
+    summary += where_lines(summary_of.streams)
     if due:
         summary.append(f"due for reflection: {', '.join(due)} (run: memstream reflect --stream KEY, or import "
                        "with --reflect)")
@@ -92,7 +118,7 @@ async def _import_report(memory: MemoryStream, args: argparse.Namespace, form: s
                        "import run again (or the bot) completes them once the server is back")
     emit(args, {"format": form, "observations": count, "new": new, "already_imported": done.already,
                 "skipped": skipped, "ready": done.ready, "pending": pending, "pending_total": left,
-                "due_for_reflection": due,
+                "due_for_reflection": due, "streams": summary_of.streams,
                 "error": None if memory.last_model_error is None or not left else str(memory.last_model_error)},
          summary)
 

@@ -58,8 +58,18 @@ async def cmd_recall(memory: MemoryStream, args: argparse.Namespace) -> int:
     """The ranking for a query, read-only."""
     items = await memory.explain(args.query, stream=args.stream, k=args.k, at=args.at)
     emit(args, [scored_json(item, i) for i, item in enumerate(items, 1)],
-         ranking_lines(items) if items else [f"stream {args.stream!r} has no memories yet"])
+         ranking_lines(items) if items else [await _empty_stream_line(memory, args.stream)])
     return 0
+
+
+async def _empty_stream_line(memory: MemoryStream, stream: str) -> str:
+    """A stream with nothing in it, and the ones that have something (an import into a server's stream is
+    easy to look for in `default`)."""
+    others = [key for key in await memory.streams() if key != stream]
+    if not others:
+        return f"stream {stream!r} has no memories yet"
+    shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+    return f"stream {stream!r} has no memories yet; this database holds {shown}: pass --stream KEY"
 
 
 def _profile(args: argparse.Namespace, persona: PersonaConfig) -> PersonaConfig:

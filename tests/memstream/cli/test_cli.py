@@ -245,6 +245,23 @@ async def test_reimporting_says_what_was_already_there(tmp_path: Path, server: F
     assert (report["new"], report["already_imported"]) == (0, 4)
 
 
+async def test_an_import_says_which_streams_it_went_to(tmp_path: Path, server: FakeOpenAIServer,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    persona = str(_persona(tmp_path, server.base_url))
+    lines = tmp_path / "server.jsonl"
+    lines.write_text("".join(json.dumps({"text": f"note {i}", "at": "2023-01-01T00:00:00Z", "importance": 2,
+                                         "stream": "guild:111111111111111111"}) + "\n" for i in range(3)))
+    assert await _cli("import", str(lines), "--persona", persona) == 0
+    out = capsys.readouterr().out
+    assert "stored in stream(s): guild:111111111111111111 (3)" in out
+    assert "--stream guild:111111111111111111" in out
+    assert await _cli("import", str(lines), "--persona", persona, "--json") == 0
+    assert json.loads(capsys.readouterr().out)["streams"] == {"guild:111111111111111111": 3}
+    assert await _cli("recall", "note", "--persona", persona) == 0  # the default stream: nothing there
+    assert "has no memories yet; this database holds guild:111111111111111111: pass --stream KEY" in \
+        capsys.readouterr().out
+
+
 async def test_forget_of_an_id_that_does_not_exist_says_so_and_fails(tmp_path: Path, server: FakeOpenAIServer,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     persona = str(_persona(tmp_path, server.base_url))
