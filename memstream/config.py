@@ -401,15 +401,19 @@ def _database(where: str, setting: str, file: Path, env: Mapping[str, str], prob
     db = Path(setting) if setting else Path(f"{file.stem}.db")
     if not db.is_absolute():  # the same file from whichever folder the command runs in
         data_dir = env.get("MEMSTREAM_DATA_DIR")
-        db = Path(os.path.normpath((Path(data_dir) if data_dir else file.parent).absolute() / db))
+        base = (Path(data_dir) if data_dir else file.parent).absolute()
+        db = Path(os.path.normpath(base / db))
+        if data_dir and not db.is_relative_to(Path(os.path.normpath(base))):
+            db = Path(os.path.normpath(base)) / db.name  # "../data/x.db" stays inside the folder the user named
     return db
 
 
 def load_persona(path: str | Path, environ: Mapping[str, str] | None = None) -> PersonaConfig:
     """Read and validate a persona file.
 
-    A relative database path is taken inside $MEMSTREAM_DATA_DIR when it is set, else beside the persona
-    file: the same database from whichever folder the command runs in. A `postgresql://` URL (in the file,
+    A relative database path is taken inside $MEMSTREAM_DATA_DIR when it is set (never outside it: a path
+    that climbs out, such as the examples' "../data/x.db", is taken by its file name there), else beside the
+    persona file: the same database from whichever folder the command runs in. A `postgresql://` URL (in the file,
     or in $MEMSTREAM_DATABASE_URL, which wins: a password belongs in the environment) is a PostgreSQL
     database, kept as given.
     """
@@ -419,7 +423,8 @@ def load_persona(path: str | Path, environ: Mapping[str, str] | None = None) -> 
     try:
         raw = tomllib.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
-        raise ConfigError(f"{where}: no such persona file") from exc
+        raise ConfigError(f"{where}: no such persona file (write one: memstream init; or pass --persona FILE, "
+                          "or set $MEMSTREAM_PERSONA)") from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{where}: cannot read: {exc}") from exc
     except tomllib.TOMLDecodeError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -168,8 +169,8 @@ def test_persona_errors_name_the_file_and_the_key(tmp_path: Path, text: str, exp
         assert part in message
 
 
-def test_a_missing_persona_file(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="no such persona file"):
+def test_a_missing_persona_file_says_how_to_get_one(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=re.escape("no such persona file (write one: memstream init; or pass --persona")):
         load_persona(tmp_path / "nobody.toml")
 
 
@@ -213,6 +214,8 @@ def test_a_relative_database_is_the_same_file_from_any_folder(tmp_path: Path,
         assert load_persona(relative, environ={}).database == expected
     in_image = load_persona(path, environ={"MEMSTREAM_DATA_DIR": "/data"}).database
     assert in_image == Path("/data/isabella.db")  # the image's volume, with the same persona file
+    mine = tmp_path / "dd"  # a folder of any other name: "../data/" must not climb out of it
+    assert load_persona(path, environ={"MEMSTREAM_DATA_DIR": str(mine)}).database == mine / "isabella.db"
     bare = folder / "maria.toml"
     bare.write_text('[persona]\nname = "M"\nsummary = "S"\n', encoding="utf-8")
     assert load_persona(bare, environ={}).database == folder / "maria.db"
