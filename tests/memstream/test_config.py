@@ -170,7 +170,8 @@ def test_persona_errors_name_the_file_and_the_key(tmp_path: Path, text: str, exp
 
 
 def test_a_missing_persona_file_says_how_to_get_one(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=re.escape("no such persona file (write one: memstream init; or pass --persona")):
+    hint = "no such persona file (write one: memstream init; or pass --persona"
+    with pytest.raises(ConfigError, match=re.escape(hint)):
         load_persona(tmp_path / "nobody.toml")
 
 
