@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from memstream.errors import ConfigError
+from memstream.errors import ConfigError, MissingKey
 
 __all__ = [
     "DiscordConfig",
@@ -145,7 +145,7 @@ class ModelConfig:
             return key
         if self.resolved_base_url(env):
             return "not-needed"
-        raise ConfigError(
+        raise MissingKey(
             f"{self.api_key_env} is not set: export it, or set models.base_url (or OPENAI_BASE_URL) "
             "to a local OpenAI-compatible server such as Ollama"
         )

@@ -2,6 +2,7 @@
 
     MemstreamError
     ├── ConfigError            a persona file, option or environment value is invalid
+    │   └── MissingKey         the model server's API key is not in the environment
     ├── StoreError             the SQLite store cannot be opened, read or written
     │   ├── MigrationError     a migration failed (the file is left as it was)
     │   │   └── SchemaTooNew   the file was made by a newer memstream (never downgraded)
@@ -26,6 +27,7 @@ __all__ = [
     "MemoryNotFound",
     "MemstreamError",
     "MigrationError",
+    "MissingKey",
     "MissingVariables",
     "PromptError",
     "ProviderError",
@@ -44,6 +46,10 @@ class MemstreamError(Exception):
 
 class ConfigError(MemstreamError):
     """A persona file, option or environment value is invalid."""
+
+
+class MissingKey(ConfigError):
+    """The model server's API key is not in the environment (and no local server is configured)."""
 
 
 class StoreError(MemstreamError):

@@ -16,7 +16,7 @@ from memstream.cli.shell import spinner_wanted
 from memstream.cli.spinner import Spinner
 from memstream.clock import Clock, FixedClock, SystemClock
 from memstream.config import PersonaConfig, load_persona
-from memstream.errors import ConfigError
+from memstream.errors import ConfigError, MissingKey
 from memstream.text import visible
 
 if TYPE_CHECKING:
@@ -107,7 +107,13 @@ async def _handle(handler: OnPersona | OnMemory, args: argparse.Namespace, perso
     fakes: dict[str, Any] = {} if handler.models else {"chat": _NoModels(), "embedder": _NoModels()}
     from memstream.stream import MemoryStream  # numpy, the SDK and SQLite: only once a command runs
 
-    memory = await MemoryStream.open(persona, clock=clock, **fakes)
+    try:
+        memory = await MemoryStream.open(persona, clock=clock, **fakes)
+    except MissingKey as exc:
+        if getattr(args, "local", None) is None:  # a command without --local (a plugin's)
+            raise
+        raise MissingKey(f"{exc}; or try memstream with no key at all: add --local (a small model and "
+                         "embeddings on this machine, their own database)") from exc
     try:
         return await handler.function(memory, args)
     finally:

@@ -108,6 +108,7 @@ async def test_chat_observes_and_answers_each_line(tmp_path: Path, server: FakeO
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["observe", "x"], "OPENAI_API_KEY is not set"),
+    (["chat"], "or try memstream with no key at all: add --local"),
     (["observe", "x", "--persona", "/nonexistent.toml"], "no such persona file"),
     (["recall", "x", "--at", "yesterday"], "not an ISO-8601 time"),
 ])
