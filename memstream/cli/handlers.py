@@ -40,7 +40,8 @@ class OnPersona:
     """A command handed the persona (its database, models and settings), which it opens itself."""
 
     function: Callable[[argparse.Namespace, PersonaConfig], Awaitable[int]]
-    models: bool = False  # --local starts the local chat server for it
+    models: bool = False  # it calls a model: --local gives it the local ones
+    chat: bool = True  # False: only embeddings (--local starts no chat server for it)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +52,7 @@ class OnMemory:
     function: Callable[[MemoryStream, argparse.Namespace], Awaitable[int]]
     models: bool  # False: it never calls a model (stand-ins say so if it did)
     prepare: Callable[[argparse.Namespace, PersonaConfig], PersonaConfig] | None = None
+    chat: bool = True  # False: only embeddings (its query), never a chat model
 
 
 Handler = Plain | OnPersona | OnMemory
@@ -86,14 +88,15 @@ async def _locally(handler: OnPersona | OnMemory, args: argparse.Namespace, pers
     """--local: the command on this machine's models (when it calls one) and their own database."""
     from memstream.models.local import running
 
-    serve = handler.models
-    with Spinner(serve and spinner_wanted(args.json)) as spin:
+    serve, embed = handler.models and handler.chat, handler.models and not handler.chat
+    with Spinner((serve or embed) and spinner_wanted(args.json)) as spin:
         spin.show("starting the local models")
         note: Callable[[str], None] = lambda line: spin.note(visible(f"memstream: {line}"))  # noqa: E731
-        async with running(persona, serve=serve, database=args.db, say=note) as local:
+        async with running(persona, serve=serve, embed=embed, database=args.db, say=note) as local:
             spin.stop()
             say(f"local models: {local.models.agent} at {local.models.base_url} (a tiny model for trying the "
                 f"pipeline), embeddings {local.models.embedding}; database {local.database}" if serve
+                else f"local embeddings {local.models.embedding}; database {local.database}" if embed
                 else f"local database: {local.database}")
             return await _handle(handler, args, local)
 
@@ -104,7 +107,8 @@ async def _handle(handler: OnPersona | OnMemory, args: argparse.Namespace, perso
     if handler.prepare is not None:
         persona = handler.prepare(args, persona)
     clock: Clock = SystemClock() if getattr(args, "at", None) is None else FixedClock(args.at)
-    fakes: dict[str, Any] = {} if handler.models else {"chat": _NoModels(), "embedder": _NoModels()}
+    fakes: dict[str, Any] = ({"chat": _NoModels(), "embedder": _NoModels()} if not handler.models
+                             else {} if handler.chat else {"chat": _NoModels()})
     from memstream.stream import MemoryStream  # numpy, the SDK and SQLite: only once a command runs
 
     try:

@@ -212,7 +212,7 @@ def add_parsers(sub: Subparsers, shared: Parents) -> None:
     p.add_argument("-k", "--k", dest="k", type=positive, help="how many (default: the persona's k)")
     p.add_argument("--profile", choices=PROFILE_NAMES, metavar="PROFILE",
                    help=f"score with this profile instead of the persona's ({', '.join(PROFILE_NAMES)})")
-    p.set_defaults(handler=OnMemory(cmd_recall, models=True, prepare=_profile))
+    p.set_defaults(handler=OnMemory(cmd_recall, models=True, prepare=_profile, chat=False))
     p = sub.add_parser("reflect", parents=[common, scoped, timed], help="reflect now",
                        description="Run one reflection on a stream now and show the insights with their evidence.")
     p.set_defaults(handler=OnMemory(cmd_reflect, models=True))

@@ -32,4 +32,4 @@ def add_parsers(sub: Subparsers, shared: Parents) -> None:
     p.add_argument("--port", type=int, default=8765, help="port (default: %(default)s; 0 picks a free one)")
     p.add_argument("--allow-forget", action="store_true", help="offer a forget button on each memory")
     p.add_argument("--token", help="require this token (default: $MEMSTREAM_WEB_TOKEN; needed beyond localhost)")
-    p.set_defaults(handler=OnPersona(cmd_web))
+    p.set_defaults(handler=OnPersona(cmd_web, models=True, chat=False))

@@ -36,6 +36,7 @@ __all__ = [
     "LOCAL_EMBEDDING",
     "MODEL_FILE",
     "RATING_GRAMMAR",
+    "UNSERVED",
     "LocalServer",
     "cache_dir",
     "fetch_model",
@@ -138,6 +139,10 @@ def local_database(database: Path | str) -> Path:
     return database.with_name(f"{database.stem}-local{database.suffix or '.db'}")
 
 
+# The chat server of a command that never chats (`running(embed=True)`): nothing listens there.
+UNSERVED = "http://127.0.0.1:9/v1"
+
+
 def local_persona(persona: PersonaConfig, base_url: str, *, model: str = "local", database: Path | None = None
                   ) -> PersonaConfig:
     """The persona on the local server: its chat model for every role, the rating held to an integer by a
@@ -212,11 +217,17 @@ class LocalServer:
 
 @contextlib.asynccontextmanager
 async def running(persona: PersonaConfig, *, serve: bool, database: Path | None = None,
-                  environ: Mapping[str, str] | None = None, say: Say = _quiet) -> AsyncIterator[PersonaConfig]:
-    """The persona on local models for the length of the block; the chat server runs only when `serve`
-    (commands that call no model only need the local database)."""
+                  environ: Mapping[str, str] | None = None, say: Say = _quiet,
+                  embed: bool = False) -> AsyncIterator[PersonaConfig]:
+    """The persona on local models for the length of the block; the chat server runs only when `serve`.
+    Commands that call no model only need the local database; with `embed`, a command that only ranks (it
+    embeds its query, never chats) gets the local embeddings and no chat server (`UNSERVED`: never called)."""
     if not serve:
-        yield persona.with_database(database or local_database(persona.database))
+        if embed:
+            await asyncio.to_thread(_load_extra, chat=False)
+            yield local_persona(persona, UNSERVED, database=database)
+        else:
+            yield persona.with_database(database or local_database(persona.database))
         return
     await asyncio.to_thread(_load_extra)
     model_file = find_model(environ)
@@ -229,10 +240,11 @@ async def running(persona: PersonaConfig, *, serve: bool, database: Path | None 
         server.stop()
 
 
-def _load_extra() -> None:
+def _load_extra(*, chat: bool = True) -> None:
     """Import what the local models need (torch takes seconds: off the event loop), or say what to install."""
     try:
-        importlib.import_module("xllamacpp")
+        if chat:
+            importlib.import_module("xllamacpp")
         importlib.import_module("sentence_transformers")
     except ImportError as exc:
         raise ConfigError(f"--local needs the local extra ({exc.name or exc} is not installed): {EXTRA}") from exc

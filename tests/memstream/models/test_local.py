@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import hashlib
@@ -16,16 +17,19 @@ from pathlib import Path
 import pytest
 
 from memstream.cli import main
+from memstream.cli.parser import build_parser
 from memstream.config import ModelConfig, PersonaConfig, StreamConfig, load_persona
 from memstream.errors import ConfigError
 from memstream.models.local import (
     MODEL_FILE,
     RATING_GRAMMAR,
+    UNSERVED,
     LocalServer,
     fetch_model,
     find_model,
     local_database,
     local_persona,
+    running,
 )
 from memstream.stream import MemoryStream
 from memstream.testing import FakeEmbedder
@@ -94,6 +98,25 @@ def test_commands_without_models_use_the_local_database_and_start_nothing(
     captured = capsys.readouterr()
     assert f"database: {tmp_path / 'maria-local.db'}" in captured.out
     assert "local database:" in captured.err and "local models" not in captured.err
+
+
+def test_commands_that_only_rank_start_no_chat_server() -> None:
+    # recall and the dashboard embed their query and never chat: --local gives them the local embeddings only
+    # (starting the chat server took 30 s of a 30 s `recall --local`).
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    handlers = {name: sub.choices[name].get_default("handler") for name in ("recall", "web", "chat", "observe")}
+    assert [(h.models, h.chat) for h in handlers.values()] == [(True, False), (True, False), (True, True),
+                                                               (True, True)]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is None,
+                    reason="the local extra is not installed (sentence_transformers): pip install -e '.[local]'")
+async def test_ranking_locally_gets_the_local_embeddings_and_no_server(tmp_path: Path) -> None:
+    persona = load_persona(_write(tmp_path, MINIMAL))
+    async with running(persona, serve=False, embed=True) as local:
+        assert local.models.embedding == "local:all-MiniLM-L6-v2" and local.models.base_url == UNSERVED
+        assert local.database == local_database(persona.database)
 
 
 @pytest.mark.parametrize("command", ["bot", "salvage", "doctor"])
