@@ -51,6 +51,7 @@ _SECRET_PARAMS = frozenset({"password", "sslpassword", "options", "passwd", "pwd
 _QUERY_VALUE = re.compile(r"([^&=]*)=(.*?)(?=&[^&=]*=|$)", re.DOTALL)
 # libpq's key=value connection strings: a value is a single-quoted string or runs to the next blank.
 _KEYWORD_VALUE = re.compile(r"\b([A-Za-z_]+)(\s*=\s*)('(?:\\.|[^'\\])*'?|\S*)")
+_CONNINFO = re.compile(r"(?:^|\s)(?:host|hostaddr|port|dbname|user|password|sslmode|service|passfile)\s*=")
 _URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://\S+")
 
 
@@ -113,7 +114,13 @@ def show_database(location: str | Path) -> str:
 def url_problem(url: str) -> str | None:
     """Why libpq would read a PostgreSQL URL otherwise than memstream shows it (an unencoded @ or / in its
     password, a query part with no =), said without the password; None when it is fine. libpq's own messages
-    for such a URL quote pieces of the password, so it is refused before a connection is tried."""
+    for such a URL quote pieces of the password, so it is refused before a connection is tried. libpq's
+    key=value form is refused too (it would otherwise name a SQLite file, shown with its password)."""
+    if not is_database_url(url):
+        if _CONNINFO.search(url):
+            return ("libpq's key=value connection strings are not read here: give a postgresql:// URL "
+                    f"(postgresql://user:password@host:port/dbname): {redact(url)}")
+        return None
     rest = url.partition("://")[2]
     at = _userinfo_end(rest)
     query = rest.find("?", max(at, 0))
@@ -266,7 +273,10 @@ class PersonaConfig:
         return ZoneInfo(self.timezone)
 
     def with_database(self, database: Path | str) -> PersonaConfig:
-        """The same persona with another database (a file, or a PostgreSQL URL)."""
+        """The same persona with another database (a file, or a PostgreSQL URL); ConfigError for libpq's
+        key=value form (it is not a file's name)."""
+        if not is_database_url(database) and (problem := url_problem(str(database))):
+            raise ConfigError(problem)
         return replace(self, database=database)
 
 
@@ -472,10 +482,10 @@ def _discord(section: _Section) -> DiscordConfig:
 
 def _database(where: str, setting: str, file: Path, env: Mapping[str, str], problems: list[str]) -> Path | str:
     """A PostgreSQL URL as given (checked), or the SQLite file's absolute path."""
+    problem = url_problem(setting)
+    if problem:
+        problems.append(f"{where}: [persona] database: {problem}")
     if is_database_url(setting):
-        problem = url_problem(setting)
-        if problem:
-            problems.append(f"{where}: [persona] database: {problem}")
         return setting
     if "://" in setting:
         problems.append(f"{where}: [persona] database: {setting.split('://')[0]}:// is not a database memstream "

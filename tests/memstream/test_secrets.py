@@ -181,3 +181,22 @@ async def test_doctor_stats_and_the_dashboard_show_a_reachable_database_masked(
         for page in pages:
             clean(page)
     clean(caplog.text)
+
+
+def test_libpq_key_value_strings_are_refused_without_their_password(
+        env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Not a URL, such a string used to name a SQLite file, created and shown with the password in its name."""
+    conninfo = f"host=127.0.0.1 port=1 dbname=x password={SECRET}"
+    code, out, err = run(["doctor", "--persona", str(env)], conninfo, monkeypatch, capsys)
+    assert code == 1 and "key=value" in out and "postgresql://" in out
+    clean(out + err)
+    code, out, err = run(["stats", "--persona", str(env), "--json"], conninfo, monkeypatch, capsys)
+    assert code != 0 and "key=value" in err and err.count("\n") == 1
+    clean(out + err)
+    monkeypatch.delenv("MEMSTREAM_DATABASE_URL")
+    with pytest.raises(SystemExit):
+        main(["stats", "--persona", str(env), "--db", conninfo])
+    out, err = capsys.readouterr()
+    assert "key=value" in err
+    clean(out + err)
+    assert not list(env.parent.glob("host=*"))  # no SQLite file named after it
