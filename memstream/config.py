@@ -90,8 +90,7 @@ def redact(location: str) -> str:
     if at >= 0:
         user, colon, _password = rest[:at].partition(":")
         rest = f"{user}{colon}{MASK if colon else ''}{rest[at:]}"
-        at = len(user) + len(colon) + (len(MASK) if colon else 0)
-    query = rest.find("?", max(at, 0))
+    query = rest.find("?")  # a ? in the password is masked by now
     if query >= 0:
         rest = rest[:query + 1] + _masked_query(rest[query + 1:])
     return f"{scheme}{sep}{rest}"

@@ -107,6 +107,7 @@ def test_the_masking_of_each_form() -> None:
     assert redact("postgresql://u@h/x?passfile=/home/u/.pgpass") == "postgresql://u@h/x?passfile=/home/u/.pgpass"
     assert redact(f"host=h password='{SECRET} x' dbname=x") == "host=h password=*** dbname=x"
     assert redact("/var/lib/memstream/p.db") == "/var/lib/memstream/p.db"
+    assert redact(f"postgresql://h?user=a@b&password={SECRET}") == "postgresql://h?user=a@b&password=***"
     for url in REFUSED:
         assert url_problem(url) is None, url
     for url in AMBIGUOUS:
