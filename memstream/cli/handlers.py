@@ -15,7 +15,7 @@ from memstream.cli.output import say
 from memstream.cli.shell import spinner_wanted
 from memstream.cli.spinner import Spinner
 from memstream.clock import Clock, FixedClock, SystemClock
-from memstream.config import PersonaConfig, load_persona
+from memstream.config import PersonaConfig, load_persona, show_database
 from memstream.errors import ConfigError, MissingKey
 from memstream.text import visible
 
@@ -95,9 +95,9 @@ async def _locally(handler: OnPersona | OnMemory, args: argparse.Namespace, pers
         async with running(persona, serve=serve, embed=embed, database=args.db, say=note) as local:
             spin.stop()
             say(f"local models: {local.models.agent} at {local.models.base_url} (a tiny model for trying the "
-                f"pipeline), embeddings {local.models.embedding}; database {local.database}" if serve
-                else f"local embeddings {local.models.embedding}; database {local.database}" if embed
-                else f"local database: {local.database}")
+                f"pipeline), embeddings {local.models.embedding}; database {show_database(local.database)}" if serve
+                else f"local embeddings {local.models.embedding}; database {show_database(local.database)}" if embed
+                else f"local database: {show_database(local.database)}")
             return await _handle(handler, args, local)
 
 

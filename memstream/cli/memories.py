@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 from typing import TYPE_CHECKING
 
 from memstream.cli.handlers import OnMemory
 from memstream.cli.options import Parents, importance, positive
 from memstream.cli.output import emit
-from memstream.config import PROFILE_NAMES, PersonaConfig
+from memstream.config import PROFILE_NAMES, PersonaConfig, show_database
 from memstream.errors import ConfigError
 from memstream.exits import EXIT_BAD_INPUT
 from memstream.render import (
@@ -108,7 +107,7 @@ async def cmd_stats(memory: MemoryStream, args: argparse.Namespace) -> int:
     stream = args.stream if args.stream_given else None
     stats = await memory.stats(stream)
     streams = await memory.streams()
-    database = _absolute(memory.store.path)
+    database = show_database(memory.store.path)
     counts, state, hist = stats.counts, stats.state, stats.counts.histogram
     lines = [f"database: {database}",
              f"streams: {', '.join(streams) or '(none)'}",
@@ -125,10 +124,6 @@ async def cmd_stats(memory: MemoryStream, args: argparse.Namespace) -> int:
         lines.append(f"faults: {faults_text(stats.faults)}")
     emit(args, {**stats.to_json(), "streams": streams, "database": database}, lines)
     return 0
-
-
-def _absolute(path: str) -> str:
-    return path if path == ":memory:" else os.path.abspath(path)
 
 
 def _forget_selection(args: argparse.Namespace, persona: PersonaConfig) -> PersonaConfig:

@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
-from memstream.config import is_database_url
+from memstream.config import is_database_url, url_problem
 from memstream.data.history import parse_time
 from memstream.errors import ConfigError
 from memstream.records import DEFAULT_STREAM
@@ -99,5 +99,7 @@ def user_id(text: str) -> str:
 
 
 def database(value: str) -> Path | str:
-    """A --db value: a PostgreSQL URL as given, else a file path."""
+    """A --db value: a PostgreSQL URL as given, else a file path (not libpq's key=value form)."""
+    if not is_database_url(value) and (problem := url_problem(value)):
+        raise argparse.ArgumentTypeError(problem)
     return value if is_database_url(value) else Path(value)

@@ -19,7 +19,8 @@ import numpy as np
 from memstream.config import StreamConfig
 from memstream.errors import ConfigError, StoreError
 from memstream.index.ranking import rank
-from memstream.store import Store, is_database_url, redact
+from memstream.config import show_database
+from memstream.store import Store, is_database_url
 from memstream.store.tables import TABLES, Table
 from memstream.index.vectors import StreamVectors
 
@@ -127,5 +128,5 @@ async def _check(src: Store, dst: Store, report: CopyReport, k: int) -> None:
 
 def describe(location: str | Path) -> str:
     """A location as the copy names its source (a URL without its password, or a file's absolute path)."""
-    return redact(location) if isinstance(location, str) and is_database_url(location) else str(
+    return show_database(location) if is_database_url(location) else str(
         Path(location).resolve())

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from memstream.config import PersonaConfig, load_persona
+from memstream.config import PersonaConfig, load_persona, show_database
 from memstream.doctor.checks import Check, check_lines, checks_json
 from memstream.doctor.discord import check_discord
 from memstream.doctor.models import ModelProbe
@@ -71,7 +71,7 @@ def _persona(path: Path, db: Path | str | None, env: Mapping[str, str],
         return None
     if db is not None:
         persona = persona.with_database(db)
-    add(Check.ok("persona", f"{path}: {persona.name}, database {persona.database}"))
+    add(Check.ok("persona", f"{path}: {persona.name}, database {show_database(persona.database)}"))
     if persona.memory.profile != "hybrid":
         add(Check.warn("persona", f'[memory] profile = "{persona.memory.profile}": on months of conversation '
                                   '"hybrid" finds the answering memory far more often (README: Retrieval over '

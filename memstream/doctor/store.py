@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 import sqlite_vec
 
+from memstream.config import url_problem
 from memstream.doctor.checks import Check
 from memstream.errors import StoreError
 from memstream.store import all_migrations, redact, sqlite_module
@@ -134,6 +135,10 @@ def _inspect(conn: Any, path: Path) -> tuple[list[Check], DatabaseState]:
 def check_database_url(url: str) -> tuple[list[Check], DatabaseState]:
     """A PostgreSQL database (read only): reachable, its schema version, the embedding dimension it stores."""
     where = redact(url)
+    problem = url_problem(url)
+    if problem:
+        return [Check.fail("database", problem, "correct the URL ($MEMSTREAM_DATABASE_URL or [persona] database)")], \
+            DatabaseState(exists=False)
     try:
         import psycopg
     except ImportError:

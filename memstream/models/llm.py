@@ -5,14 +5,13 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import openai
 
-from memstream.config import check_base_url
+from memstream.config import check_base_url, redact_text
 from memstream.errors import CompletionError, ProviderError
 
 __all__ = ["ChatModel", "Completion", "OpenAIChat", "make_client", "map_provider_errors", "post_json", "raw_requests",
@@ -35,12 +34,9 @@ class ChatModel(Protocol):
     async def complete(self, prompt: str, *, model: str) -> Completion: ...
 
 
-_USERINFO = re.compile(r"(://[^/:@\s]*:)[^/@\s]*@")
-
-
 def redact_url(text: str) -> str:
-    """Text with the password of any user:password@ URL in it masked."""
-    return _USERINFO.sub(r"\1***@", text)
+    """Text with every URL in it masked as memstream.config.redact masks one (its password, its keys)."""
+    return redact_text(text)
 
 
 class _RedactUrls(logging.Filter):
@@ -48,8 +44,9 @@ class _RedactUrls(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        if "@" in message:
-            record.msg, record.args = redact_url(message), ()
+        masked = redact_url(message)
+        if masked != message:
+            record.msg, record.args = masked, ()
         return True
 
 
@@ -62,7 +59,7 @@ def make_client(*, base_url: str | None, api_key: str, timeout: float, max_retri
     """
     if base_url:
         check_base_url(base_url, "base_url", "the API key variable")
-    if base_url and _USERINFO.search(base_url):
+    if base_url and redact_text(base_url) != base_url:
         for name in ("httpx2", "httpx", "openai", "aiohttp"):
             target = logging.getLogger(name)
             if not any(isinstance(f, _RedactUrls) for f in target.filters):

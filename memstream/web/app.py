@@ -4,13 +4,13 @@ renders a page of memstream.web.pages; forgetting goes through MemoryStream.forg
 from __future__ import annotations
 
 import asyncio
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
+from memstream.config import show_database
 from memstream.errors import ConfigError, MemoryNotFound, ProviderError
 from memstream.render import tree_json
 from memstream.stream import DEFAULT_STREAM, MemoryStream
@@ -43,8 +43,7 @@ def make_app(memory: MemoryStream, options: WebOptions) -> web.Application:
     app = web.Application(middlewares=[guard.middleware], client_max_size=64 * 1024)
     app[MEMORY] = memory
     app[GUARD] = guard
-    path = memory.store.path
-    app[SITE] = Site(memory.name, database=path if path == ":memory:" else os.path.abspath(path),
+    app[SITE] = Site(memory.name, database=show_database(memory.store.path),
                      can_forget=options.allow_forget, csrf=guard.csrf)
     app.on_response_prepare.append(security_headers)
     app.router.add_get("/", index)

@@ -11,10 +11,10 @@ import psycopg
 from pgvector.psycopg import register_vector_async
 from psycopg_pool import AsyncConnectionPool
 
-from memstream.config import redact
-from memstream.errors import StoreError, StoreFull, StoreReadOnly
+from memstream.config import redact, url_problem
+from memstream.errors import ConfigError, StoreError, StoreFull, StoreReadOnly
 
-__all__ = ["POOL_SIZE", "Conn", "connect", "make_pool", "mapped_errors", "open_connection", "store_error"]
+__all__ = ["POOL_SIZE", "Conn", "checked", "connect", "make_pool", "mapped_errors", "open_connection", "store_error"]
 
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 # Connections one process keeps open to the database (a reflection holds one for its claim).
@@ -45,9 +45,18 @@ def mapped_errors(where: str) -> Iterator[None]:
         raise store_error(exc, where) from exc
 
 
+def checked(url: str) -> str:
+    """The URL, unless libpq would read it otherwise than it is shown (its messages would then quote pieces of
+    the password): ConfigError, without the password."""
+    problem = url_problem(url)
+    if problem:
+        raise ConfigError(problem)
+    return url
+
+
 async def open_connection(url: str) -> Conn:
     """One autocommit connection outside the pool, open until the caller closes it."""
-    with mapped_errors(redact(url)):
+    with mapped_errors(redact(checked(url))):
         return await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS)
 
 
@@ -68,7 +77,7 @@ async def _configure(conn: Conn) -> None:
 async def make_pool(url: str, *, size: int = POOL_SIZE) -> AsyncConnectionPool[Conn]:
     """An open pool of autocommit connections with pgvector's adapter registered (the schema must exist)."""
     pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
-        url, min_size=1, max_size=size, open=False, configure=_configure, timeout=60.0,
+        checked(url), min_size=1, max_size=size, open=False, configure=_configure, timeout=60.0,
         kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_SECONDS})
     try:
         with mapped_errors(redact(url)):
