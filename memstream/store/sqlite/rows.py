@@ -12,7 +12,7 @@ from memstream.errors import MemoryNotFound
 from memstream.records import Memory
 from memstream.store.chunks import CHUNK, chunks
 from memstream.store.events import MemoriesTouched, MemoryUpdated, ready_event, ready_inserted, touched_by_stream
-from memstream.store.policy import collected_touches, retry_delay_sql
+from memstream.store.policy import bounded_usage, collected_touches, retry_delay_sql
 from memstream.store.records import NewMemory, UsageRow
 from memstream.store.rowmap import MEMORY_COLUMNS, memory_from_row
 from memstream.store.sqlite.counters import DAILY_USAGE, USAGE, Counters
@@ -219,7 +219,7 @@ class Rows(Counters):
                 collected[memory_id] = max(at, collected.get(memory_id, at))
         touching = ids if collected is None else []
         marks = ",".join("?" * len(ids))
-        usage = list(usage)
+        usage = bounded_usage(usage)
 
         def read_and_write(conn: Any) -> tuple[list[Any], bool]:
             """The rows, and whether the write joined a transaction another task holds open."""

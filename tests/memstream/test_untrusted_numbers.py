@@ -1,0 +1,61 @@
+"""Numbers from outside (a model server's usage, a clock run backwards) never poison what the store keeps."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memstream import MemoryStream, ModelConfig, Observation, PersonaConfig, Source
+from memstream.models.llm import CALL_COUNT_MAX
+from memstream.store import Store
+from memstream.store.policy import COUNT_CEILING
+from memstream.testing import FakeClock
+from tests.fakes.openai_server import FakeOpenAIServer
+
+STREAM = "guild:1"
+ROLES = ("rater", "embedding")
+
+
+def _notes(start: int, count: int) -> list[Observation]:
+    return [Observation(f"note {i} about the party", STREAM, source=Source(message_id=f"n{i}"))
+            for i in range(start, start + count)]
+
+
+@pytest.mark.parametrize("lie", [2**64 - 1, 2**63, -5, 1e300, "lots", None, [1]])
+async def test_one_absurd_usage_reply_never_stops_later_writes(
+        database: Path | str, openai_server: FakeOpenAIServer, caplog: pytest.LogCaptureFixture, lie: Any) -> None:
+    caplog.set_level(logging.DEBUG)
+    persona = PersonaConfig(name="Isabella", summary="Runs Hobbs Cafe.", database=database,
+                            models=ModelConfig(base_url=openai_server.base_url, max_retries=0, timeout=2))
+    async with await MemoryStream.open(persona, clock=FakeClock(), environ={}, auto_reflect=False) as memory:
+        openai_server.usage = {"prompt_tokens": lie, "completion_tokens": lie, "total_tokens": lie}
+        stored = await memory.observe_many(_notes(0, 5))
+        assert {(await memory.get(m.id)).status for m in stored} == {"ready"}
+        openai_server.usage = {}
+        stored = await memory.observe_many(_notes(5, 5))  # the next burst is rated, stored and counted
+        assert {(await memory.get(m.id)).status for m in stored} == {"ready"}
+        stats = await memory.stats(STREAM)
+        assert stats.pending.count == 0
+        assert (stats.usage["rater"].calls, stats.usage["embedding"].calls) == (10, 2)
+        for role in ROLES:
+            assert 0 < stats.usage[role].prompt_tokens <= 5 * CALL_COUNT_MAX + 1000
+            assert 0 <= stats.usage[role].completion_tokens <= 5 * CALL_COUNT_MAX + 1000
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_usage_totals_stay_at_the_ceiling_and_never_fail_the_write(store: Store) -> None:
+    huge = (2**64 - 1, 2**63, -1, 1e300)
+    rows = [(STREAM, "rater", 1, 0, value, value, value) for value in huge]
+    await store.record_usage_many(rows)
+    await store.record_usage_many(rows)  # the sum would pass the ceiling: it stays there
+    await store.record_usage(STREAM, "agent", prompt_tokens=2**64 - 1, completion_tokens=-3, retries=2**70)
+    usage = await store.usage(STREAM)
+    assert (usage["rater"].calls, usage["rater"].prompt_tokens, usage["rater"].completion_tokens) == (
+        8, COUNT_CEILING, COUNT_CEILING)
+    assert (usage["agent"].prompt_tokens, usage["agent"].completion_tokens) == (COUNT_CEILING, 0)
+    assert (await store.retries(STREAM)) == {"agent": COUNT_CEILING, "rater": COUNT_CEILING}
+    [(_, _, by_day)] = [day for day in await store.usage_by_day(STREAM) if day[1] == "rater"]
+    assert by_day.prompt_tokens == COUNT_CEILING
