@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from memstream import MemoryStream, ModelConfig, Observation, PersonaConfig, Source
+from memstream import MemoryNotFound, MemoryStream, ModelConfig, Observation, PersonaConfig, Source
 from memstream.models.llm import CALL_COUNT_MAX
 from memstream.store import Store
 from memstream.store.policy import COUNT_CEILING
@@ -59,3 +59,14 @@ async def test_usage_totals_stay_at_the_ceiling_and_never_fail_the_write(store: 
     assert (await store.retries(STREAM)) == {"agent": COUNT_CEILING, "rater": COUNT_CEILING}
     [(_, _, by_day)] = [day for day in await store.usage_by_day(STREAM) if day[1] == "rater"]
     assert by_day.prompt_tokens == COUNT_CEILING
+
+
+@pytest.mark.parametrize("number", [2**63, 2**64 - 1, 10**23, 0, -1])
+async def test_an_id_no_database_can_hold_names_no_memory(memory: MemoryStream, number: int) -> None:
+    with pytest.raises(MemoryNotFound) as found:
+        await memory.get(number)
+    assert found.value.memory_id == number
+    for call in (memory.why(number), memory.by_number(STREAM, number), memory.forget([number]),
+                 memory.get(number, stream=STREAM)):
+        with pytest.raises(MemoryNotFound, match=f"no memory #{number}"):
+            await call
