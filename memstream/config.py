@@ -19,8 +19,10 @@ from urllib.parse import urlsplit, urlunsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from memstream.errors import ConfigError
+from memstream.text import read_bounded
 
 __all__ = [
+    "PERSONA_MAX_BYTES",
     "DiscordConfig",
     "ModelConfig",
     "PersonaConfig",
@@ -31,6 +33,7 @@ __all__ = [
 ]
 
 _URL_SCHEMES = ("postgresql://", "postgres://")
+PERSONA_MAX_BYTES = 1024 * 1024  # a persona file past this is refused (with one line saying so)
 
 
 def is_database_url(location: str | Path) -> bool:
@@ -417,7 +420,7 @@ def load_persona(path: str | Path, environ: Mapping[str, str] | None = None) -> 
     file = Path(path)
     where = str(file)
     try:
-        raw = tomllib.loads(file.read_text(encoding="utf-8"))
+        raw = tomllib.loads(read_bounded(file, "a persona file", max_bytes=PERSONA_MAX_BYTES))
     except FileNotFoundError as exc:
         raise ConfigError(f"{where}: no such persona file") from exc
     except (OSError, UnicodeDecodeError) as exc:
