@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
-from memstream import MemoryNotFound, MemoryStream, ModelConfig, Observation, PersonaConfig, Source
+from memstream import MemoryNotFound, MemoryStream, ModelConfig, Observation, PersonaConfig, Source, StreamConfig
+from memstream.clock import to_timestamp
 from memstream.models.llm import CALL_COUNT_MAX
 from memstream.store import Store
 from memstream.store.policy import COUNT_CEILING
 from memstream.testing import FakeClock
+from tests.conftest import MakeMemory
 from tests.fakes.openai_server import FakeOpenAIServer
 
 STREAM = "guild:1"
@@ -70,3 +74,25 @@ async def test_an_id_no_database_can_hold_names_no_memory(memory: MemoryStream, 
                  memory.get(number, stream=STREAM)):
         with pytest.raises(MemoryNotFound, match=f"no memory #{number}"):
             await call
+
+
+async def test_a_clock_set_back_never_puts_a_last_access_before_its_memory_was_made(
+        make_memory: MakeMemory, store: Store, clock: FakeClock) -> None:
+    clock.set(datetime(2024, 6, 1))
+    memory = make_memory(config=StreamConfig(profile="spec"))
+    made = await memory.observe_many([Observation(f"Klaus plans the party {i}", STREAM,
+                                                  source=Source(message_id=f"p{i}")) for i in range(3)])
+    await memory.retrieve("party", stream=STREAM)  # the index holds the stream from here on
+    clock.set(datetime(2023, 1, 1))  # memstream chat --at 2023-01-01
+    await memory.retrieve("party", stream=STREAM)
+    await store.touch([made[0].id], to_timestamp(datetime(2022, 1, 1)))
+    await store.save_reflection(STREAM, [], to_timestamp(datetime(2023, 1, 1)),
+                                touches={made[1].id: to_timestamp(datetime(2021, 1, 1))})
+    for m in made:
+        stored = await store.get(m.id)
+        assert stored.last_accessed_at == stored.created_at == datetime(2024, 6, 1, tzinfo=UTC)
+    live = await memory.index.get(STREAM)  # fed by the store's events: what the store wrote
+    arrays = await store.load_stream(STREAM)
+    mine, theirs = np.argsort(live.ids), np.argsort(arrays.ids)
+    assert live.last_accessed[mine].tolist() == arrays.last_accessed[theirs].tolist()
+    assert live.last_accessed.tolist() == [to_timestamp(datetime(2024, 6, 1))] * 3
