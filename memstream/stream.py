@@ -343,11 +343,9 @@ class MemoryStream:
         """Delete memories, every reflection built on them and every reply (with its trace) answering them,
         leaving no copy of their text in the file; returns every id deleted. `messages` and `author`
         (stream, author id) also delete the traces that answered those messages or that author."""
-        ids = [storable_id(memory_id) for memory_id in ids]
-        if stream is not None:
-            for memory_id in ids:
-                await self.store.get(memory_id, stream=stream)
-        deleted = await self.store.delete(ids, messages=messages, author=author)
+        for memory_id in ids if stream is not None else ():
+            await self.get(memory_id, stream=stream)
+        deleted = await self.store.delete([storable_id(i) for i in ids], messages=messages, author=author)
         self.scrubbed = await self.store.scrub()
         return deleted
 
