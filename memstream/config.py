@@ -20,8 +20,10 @@ from urllib.parse import unquote, urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from memstream.errors import ConfigError, MissingKey
+from memstream.text import read_bounded
 
 __all__ = [
+    "PERSONA_MAX_BYTES",
     "DiscordConfig",
     "ModelConfig",
     "PersonaConfig",
@@ -35,6 +37,7 @@ __all__ = [
 ]
 
 _URL_SCHEMES = ("postgresql://", "postgres://")
+PERSONA_MAX_BYTES = 1024 * 1024  # a persona file past this is refused (with one line saying so)
 
 
 def is_database_url(location: str | Path) -> bool:
@@ -512,7 +515,7 @@ def load_persona(path: str | Path, environ: Mapping[str, str] | None = None) -> 
     file = Path(path)
     where = str(file)
     try:
-        raw = tomllib.loads(file.read_text(encoding="utf-8"))
+        raw = tomllib.loads(read_bounded(file, "a persona file", max_bytes=PERSONA_MAX_BYTES))
     except FileNotFoundError as exc:
         raise ConfigError(f"{where}: no such persona file (write one: memstream init; or pass --persona FILE, "
                           "or set $MEMSTREAM_PERSONA)") from exc

@@ -8,11 +8,25 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-__all__ = ["DEFAULT_STREAM", "Counts", "EvidenceNode", "ExplainedReply", "Memory", "Observation", "PendingState",
-           "ReplyTrace", "RoleUsage", "ScoredMemory", "Source", "Stats", "StreamState", "TraceItem"]
+from memstream.errors import MemoryNotFound
+
+__all__ = ["DEFAULT_STREAM", "ID_MAX", "Counts", "EvidenceNode", "ExplainedReply", "Memory", "Observation",
+           "PendingState", "ReplyTrace", "RoleUsage", "ScoredMemory", "Source", "Stats", "StreamState", "TraceItem",
+           "storable_id"]
 
 Kind = Literal["observation", "reflection"]
 DEFAULT_STREAM = "default"
+# The largest memory id (or stream number) either backend can hold (SQLite INTEGER, PostgreSQL bigint): a
+# larger one, from a command line or a URL, names no memory.
+ID_MAX = 2**63 - 1
+
+
+def storable_id(memory_id: int, where: str = "") -> int:
+    """An id (or a stream's number) a caller gave: one no database can hold (past ID_MAX, or below 1) names no
+    memory (MemoryNotFound, as a forgotten one), never an overflow deep in a driver."""
+    if not 1 <= memory_id <= ID_MAX:
+        raise MemoryNotFound(f"no memory #{memory_id}{where}", memory_id=memory_id)
+    return memory_id
 
 
 @dataclass(frozen=True)

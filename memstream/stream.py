@@ -33,6 +33,7 @@ from memstream.records import (
     Source,
     Stats,
     TraceItem,
+    storable_id,
 )
 from memstream.reflect import Reflection, Reflector
 from memstream.store import NewTrace, Store
@@ -311,7 +312,7 @@ class MemoryStream:
 
     async def get(self, memory_id: int, *, stream: str | None = None) -> Memory:
         """One memory by id."""
-        return await self.store.get(memory_id, stream=stream)
+        return await self.store.get(storable_id(memory_id), stream=stream)
 
     async def recent(self, stream: str = DEFAULT_STREAM, limit: int = 10, offset: int = 0) -> list[Memory]:
         """The most recent memories of a stream, newest first (pending ones included)."""
@@ -327,7 +328,7 @@ class MemoryStream:
 
     async def by_number(self, stream: str, number: int) -> int:
         """The id of the memory a stream shows as #number (MemoryNotFound if there is none)."""
-        return await self.store.by_number(stream, number)
+        return await self.store.by_number(stream, storable_id(number, f" in stream {stream!r}"))
 
     async def by_author(self, stream: str, author_id: str) -> list[int]:
         """Ids of the observations made from one author's messages in a stream."""
@@ -339,17 +340,16 @@ class MemoryStream:
 
     async def why(self, memory_id: int, *, stream: str | None = None) -> EvidenceNode:
         """The evidence tree of a memory, down to observations."""
-        return await self.store.evidence_tree(memory_id, stream=stream)
+        return await self.store.evidence_tree(storable_id(memory_id), stream=stream)
 
     async def forget(self, ids: Sequence[int], *, stream: str | None = None, messages: Sequence[str] = (),
                      author: tuple[str, str] | None = None) -> list[int]:
         """Delete memories, every reflection built on them and every reply (with its trace) answering them,
         leaving no copy of their text in the file; returns every id deleted. `messages` and `author`
         (stream, author id) also delete the traces that answered those messages or that author."""
-        if stream is not None:
-            for memory_id in ids:
-                await self.store.get(memory_id, stream=stream)
-        deleted = await self.store.delete(ids, messages=messages, author=author)
+        for memory_id in ids if stream is not None else ():
+            await self.get(memory_id, stream=stream)
+        deleted = await self.store.delete([storable_id(i) for i in ids], messages=messages, author=author)
         self.scrubbed = await self.store.scrub()
         return deleted
 

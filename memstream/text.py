@@ -4,9 +4,44 @@ bidi override reorders a line) must not act on the operator's terminal: every on
 
 from __future__ import annotations
 
+import os
 import re
+import stat
+from pathlib import Path
 
-__all__ = ["check_text", "visible", "visible_json"]
+from memstream.errors import ConfigError
+
+__all__ = ["check_text", "read_bounded", "visible", "visible_json"]
+
+
+def read_bounded(path: Path, what: str, *, max_bytes: int, max_line: int | None = None,
+                 encoding: str = "utf-8") -> str:
+    """The text of a file given on the command line (a persona, an import, an eval file), read only if it is
+    a regular file of at most `max_bytes` bytes whose lines are at most `max_line` characters: else one
+    ConfigError line saying which limit (never a MemoryError from /dev/zero, nor a wait on a pipe)."""
+    try:
+        found = os.stat(path)  # before opening: opening a FIFO would wait for a writer
+        if not stat.S_ISREG(found.st_mode):
+            raise ConfigError(f"{path}: not a regular file: {what} must be one (not a device, pipe or folder)")
+        if found.st_size > max_bytes:
+            raise ConfigError(f"{path}: {found.st_size} bytes: {what} may have at most {max_bytes} bytes")
+        with open(path, "rb") as file:
+            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                raise ConfigError(f"{path}: not a regular file: {what} must be one")
+            data = file.read(max_bytes + 1)
+        if len(data) > max_bytes:  # it grew while read
+            raise ConfigError(f"{path}: more than {max_bytes} bytes: {what} may have at most {max_bytes} bytes")
+        text = data.decode(encoding)
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from exc
+    if max_line is not None:
+        for number, line in enumerate(text.splitlines(), 1):
+            if len(line) > max_line:
+                raise ConfigError(f"{path}: line {number} has {len(line)} characters: a line of {what} may have "
+                                  f"at most {max_line}")
+    return text
 
 def check_text(value: str, what: str) -> str:
     """`value` if it can be stored (UTF-8 encodable: no lone surrogate such as "\\ud800"); ValueError if not."""

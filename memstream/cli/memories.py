@@ -7,7 +7,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from memstream.cli.handlers import OnMemory
-from memstream.cli.options import Parents, importance, positive
+from memstream.cli.options import Parents, importance, memory_id, positive
 from memstream.cli.output import emit
 from memstream.config import PROFILE_NAMES, PersonaConfig, show_database
 from memstream.errors import ConfigError
@@ -213,7 +213,7 @@ def add_parsers(sub: Subparsers, shared: Parents) -> None:
     p.set_defaults(handler=OnMemory(cmd_reflect, models=True))
     p = sub.add_parser("why", parents=[common, scoped], help="the evidence tree of a memory",
                        description="Show a reflection's evidence, down to the observations.")
-    p.add_argument("memory_id", type=int)
+    p.add_argument("memory_id", type=memory_id)
     p.set_defaults(handler=OnMemory(cmd_why, models=False))
     _add_forget(sub, shared)
     p = sub.add_parser("stats", parents=[common, scoped], help="counts, importance histogram, model calls",
@@ -228,7 +228,7 @@ def _add_forget(sub: Subparsers, shared: Parents) -> None:
                                    "some Discord messages (--message), some memories (ids), or a whole stream "
                                    "(--stream KEY --all), with every insight, reply and reply trace built on it. "
                                    "No copy of the text stays in the database file.")
-    p.add_argument("memory_ids", nargs="*", type=int, help="memory ids")
+    p.add_argument("memory_ids", nargs="*", type=memory_id, help="memory ids")
     p.add_argument("--author", help="a Discord user id: everything they said")
     p.add_argument("--message", action="append", help="a Discord message id (repeatable)")
     p.add_argument("--all", action="store_true", help="the whole stream given with --stream")

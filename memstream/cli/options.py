@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, TypeAlias
 from memstream.config import is_database_url, url_problem
 from memstream.data.history import parse_time
 from memstream.errors import ConfigError
-from memstream.records import DEFAULT_STREAM
+from memstream.records import DEFAULT_STREAM, ID_MAX
 
 if TYPE_CHECKING:
     Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]  # argparse has no public name
 
-__all__ = ["DEFAULT_PERSONA", "Parents", "database", "importance", "iso_time", "parents", "positive", "stream_key",
-           "user_id"]
+__all__ = ["DEFAULT_PERSONA", "Parents", "database", "importance", "iso_time", "memory_id", "parents", "positive",
+           "stream_key", "user_id"]
 
 DEFAULT_PERSONA = "personas/isabella.toml"
 
@@ -81,6 +81,15 @@ def positive(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
+
+
+def memory_id(text: str) -> int:
+    """A memory's id or number: 1 to ID_MAX (what either database can hold)."""
+    digits = text.strip()
+    value = int(digits) if digits.isdigit() and len(digits) <= len(str(ID_MAX)) else 0
+    if not 1 <= value <= ID_MAX:
+        raise argparse.ArgumentTypeError(f"must be a memory id, a whole number from 1 to {ID_MAX}, got {text[:40]!r}")
     return value
 
 

@@ -30,8 +30,14 @@ from memstream.index.profiles import configured
 from memstream.records import Source
 from memstream.store import Store, sqlite_module
 from memstream.stream import MemoryStream, Observation
+from memstream.text import read_bounded
 
-__all__ = ["CachedChat", "CachedEmbedder", "EvalLine", "ModelCache", "evaluate", "read_eval"]
+__all__ = ["EVAL_MAX_BYTES", "EVAL_MAX_LINE", "CachedChat", "CachedEmbedder", "EvalLine", "ModelCache", "evaluate",
+           "read_eval"]
+
+# An eval file is refused past these (with one line saying so): a labeled file is made by hand or a script.
+EVAL_MAX_BYTES = 64 * 1024 * 1024
+EVAL_MAX_LINE = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -51,8 +57,8 @@ class EvalLine:
 def read_eval(path: Path) -> list[EvalLine]:
     """Read and validate a labeled file; lines are replayed in time order (file order among equals)."""
     try:
-        raw_lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
+        raw_lines = read_bounded(path, "an eval file", max_bytes=EVAL_MAX_BYTES, max_line=EVAL_MAX_LINE).splitlines()
+    except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc}") from exc
     lines, errors, keys = [], [], set()
     for number, raw in enumerate(raw_lines, 1):

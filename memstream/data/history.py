@@ -17,9 +17,14 @@ from typing import Any
 from memstream.clock import sane_time
 from memstream.errors import ConfigError
 from memstream.records import Observation, Source
-from memstream.text import check_text
+from memstream.text import check_text, read_bounded
 
-__all__ = ["HistoryFile", "parse_time", "read_dce", "read_history", "read_jsonl"]
+__all__ = ["IMPORT_MAX_BYTES", "IMPORT_MAX_LINE", "HistoryFile", "parse_time", "read_dce", "read_history",
+           "read_jsonl"]
+
+# A history file is refused past these (with one line saying so): a whole server's export fits, /dev/zero does not.
+IMPORT_MAX_BYTES = 512 * 1024 * 1024
+IMPORT_MAX_LINE = 1024 * 1024  # a JSONL line (one message; Discord's own limit is 4000 characters)
 
 # DiscordChatExporter message types that are people talking (joins, pins, calls... are not).
 _DCE_TALK = {"Default", "Reply", "ThreadStarterMessage"}
@@ -63,8 +68,8 @@ def read_history(path: Path, *, stream: str | None = None, importance: int | Non
                  include_bots: bool = False) -> HistoryFile:
     """Read a JSONL file or a DiscordChatExporter JSON export (detected from the content)."""
     try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
+        text = read_bounded(path, "a history file", max_bytes=IMPORT_MAX_BYTES, encoding="utf-8-sig")
+    except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc}") from exc
     head = text.lstrip()[:1]
     if head == "{":
@@ -82,6 +87,9 @@ def read_jsonl(path: Path, text: str, *, stream: str | None = None, importance: 
     --stream` writes them, "author_id", "channel", "channel_id" and a verbatim "message_id")."""
     found, errors = [], []
     for number, raw in enumerate(text.splitlines(), 1):
+        if len(raw) > IMPORT_MAX_LINE:
+            raise ConfigError(f"{path}: nothing was imported: line {number} has {len(raw)} characters: a line "
+                              f"of a history file may have at most {IMPORT_MAX_LINE}")
         if not raw.strip():
             continue
         try:

@@ -15,7 +15,7 @@ import numpy.typing as npt
 import openai
 
 from memstream.errors import ConfigError, EmbeddingError
-from memstream.models.llm import describe, map_provider_errors, post_json, raw_requests
+from memstream.models.llm import call_count, describe, map_provider_errors, post_json, raw_requests
 from memstream.store.arrays import F32
 
 __all__ = ["Embedder", "OpenAIEmbedder", "RetryMeter", "SentenceTransformerEmbedder", "TokenMeter", "normalize_rows"]
@@ -92,17 +92,17 @@ class OpenAIEmbedder:
                     "model": self.model, "input": inputs, "encoding_format": "base64", **extra})
                 self._retries += retries
                 usage = data.get("usage") or {}
-                self._tokens += int(usage.get("total_tokens") or 0)
+                self._tokens += call_count(usage.get("total_tokens") if isinstance(usage, dict) else 0)
                 items = sorted(data["data"], key=lambda item: item["index"])
                 if len(items) != len(inputs):  # mapped to "sent a malformed answer"
                     raise ValueError(f"{len(items)} embeddings for {len(inputs)} texts")
                 return [_vector(item["embedding"]) for item in items]
             raw = await self.client.embeddings.with_raw_response.create(model=self.model, input=inputs, **extra)
-            self._retries += raw.retries_taken
+            self._retries += call_count(raw.retries_taken)
             response = raw.parse()
             ordered = sorted(response.data, key=lambda item: item.index)
             if response.usage:
-                self._tokens += response.usage.total_tokens
+                self._tokens += call_count(response.usage.total_tokens)
             return [list(item.embedding) for item in ordered]
 
     def take_tokens(self) -> int:

@@ -13,9 +13,20 @@ import openai
 
 from memstream.config import check_base_url, redact_text
 from memstream.errors import CompletionError, ProviderError
+from memstream.store.policy import bounded_count
 
-__all__ = ["ChatModel", "Completion", "OpenAIChat", "make_client", "map_provider_errors", "post_json", "raw_requests",
-           "redact_url"]
+__all__ = ["CALL_COUNT_MAX", "ChatModel", "Completion", "OpenAIChat", "call_count", "make_client",
+           "map_provider_errors", "post_json", "raw_requests", "redact_url"]
+
+# The most tokens (or retries) one model call is believed to have used: a model server's numbers are untrusted
+# input, and one absurd reply (2**64 - 1 prompt tokens) must not poison the totals it is added to.
+CALL_COUNT_MAX = 10**9
+
+
+def call_count(value: object) -> int:
+    """A number a model server (or the client) reported for one call, in [0, CALL_COUNT_MAX]; what is not a
+    number counts 0 (the reply itself is kept: its usage is bookkeeping)."""
+    return bounded_count(value, CALL_COUNT_MAX)
 
 
 @dataclass(frozen=True)
@@ -103,7 +114,7 @@ async def post_json(client: openai.AsyncOpenAI, path: str, body: Mapping[str, An
     options: Any = {"security": _BEARER}
     response: Any = await client.post(path, cast_to=_RESPONSE, body=dict(body), options=options)
     retries = response.request.headers.get("x-stainless-retry-count", "0")
-    return json.loads(response.content), int(retries) if str(retries).isdigit() else 0
+    return json.loads(response.content), call_count(retries)
 
 
 
@@ -176,8 +187,10 @@ class OpenAIChat:
                 if not isinstance(text, str):
                     raise TypeError("content is not text")
                 usage = data.get("usage") or {}
-                return Completion(text=text, prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                                  completion_tokens=int(usage.get("completion_tokens") or 0), retries=retries)
+                if not isinstance(usage, Mapping):
+                    usage = {}
+                return Completion(text=text, prompt_tokens=call_count(usage.get("prompt_tokens")),
+                                  completion_tokens=call_count(usage.get("completion_tokens")), retries=retries)
         with map_provider_errors(CompletionError, where):
             raw = await self.client.chat.completions.with_raw_response.create(
                 model=model, messages=[{"role": "user", "content": prompt}],
@@ -191,9 +204,9 @@ class OpenAIChat:
             usage = response.usage
         return Completion(
             text=text,
-            prompt_tokens=usage.prompt_tokens if usage else 0,
-            completion_tokens=usage.completion_tokens if usage else 0,
-            retries=raw.retries_taken,
+            prompt_tokens=call_count(usage.prompt_tokens if usage else 0),
+            completion_tokens=call_count(usage.completion_tokens if usage else 0),
+            retries=call_count(raw.retries_taken),
         )
 
 

@@ -13,8 +13,9 @@ import numpy.typing as npt
 
 from memstream.errors import EmbeddingError, ProviderError
 from memstream.models.embed import Embedder, RetryMeter, TokenMeter, normalize_rows
-from memstream.models.llm import ChatModel
+from memstream.models.llm import ChatModel, call_count
 from memstream.store import Store, UsageRow
+from memstream.store.policy import bounded_count
 
 __all__ = ["ROLES", "Models", "RoleModel"]
 
@@ -69,9 +70,9 @@ class Models:
 
     async def _count(self, stream: str, role: str, *, failures: int = 0, prompt_tokens: int = 0,
                      completion_tokens: int = 0, retries: int = 0) -> None:
-        row = self._usage.setdefault((stream, role), [0, 0, 0, 0, 0])
-        for i, value in enumerate((1, failures, prompt_tokens, completion_tokens, retries)):
-            row[i] += value
+        # Every model (a plugin's too) comes through here: what it reports is bounded per call.
+        counts = (1, failures, *(call_count(n) for n in (prompt_tokens, completion_tokens, retries)))
+        self._add(stream, role, counts)
         if not _deferred.get():
             await self.flush_usage()
 
@@ -84,9 +85,13 @@ class Models:
     def restore_usage(self, rows: Sequence[UsageRow]) -> None:
         """Put back counts taken by a write that failed."""
         for stream, role, *counts in rows:
-            row = self._usage.setdefault((stream, role), [0, 0, 0, 0, 0])
-            for i, value in enumerate(counts):
-                row[i] += value
+            self._add(stream, role, counts)
+
+    def _add(self, stream: str, role: str, counts: Sequence[int]) -> None:
+        """Add to the counts not yet written, each staying a count the store can hold (COUNT_CEILING)."""
+        row = self._usage.setdefault((stream, role), [0, 0, 0, 0, 0])
+        for i, value in enumerate(counts):
+            row[i] = bounded_count(row[i] + bounded_count(value))
 
     async def flush_usage(self) -> None:
         """Write every count not yet written."""

@@ -21,14 +21,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from memstream.records import Memory
 from memstream.store.arrays import F32, F64, I64
 from memstream.store.records import NewMemory
 from memstream.store.tables import Table
 
 __all__ = ["Announcer", "ChangedElsewhere", "MemoriesReady", "MemoriesRemoved", "MemoriesTouched", "MemoryUpdated",
            "StoreEvent", "StoreListener", "StreamDropped", "dropped_streams", "ready_event",
-           "ready_inserted", "touched_at", "touched_by_stream"]
+           "ready_inserted", "touched_at", "touched_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -118,12 +117,14 @@ def ready_inserted(ids: Sequence[int], memories: Sequence[NewMemory]) -> list[Me
             for stream, group in ready.items()]
 
 
-def touched_by_stream(memories: Iterable[Memory], at: float) -> list[MemoriesTouched]:
-    """One MemoriesTouched per stream of these memories."""
-    by_stream: dict[str, list[int]] = {}
-    for memory in memories:
-        by_stream.setdefault(memory.stream, []).append(memory.id)
-    return [MemoriesTouched(stream, tuple(ids), at) for stream, ids in by_stream.items()]
+def touched_rows(rows: Iterable[Sequence[Any]]) -> list[MemoriesTouched]:
+    """What a touch wrote, as its UPDATE returned it (stream, id, last access): one MemoriesTouched per stream
+    and time. The time is the store's (a last access never goes back before its memory was made), so an index
+    fed by the events holds what the store holds."""
+    by_key: dict[tuple[str, float], list[int]] = {}
+    for stream, memory_id, at in rows:
+        by_key.setdefault((str(stream), float(at)), []).append(int(memory_id))
+    return [MemoriesTouched(stream, tuple(sorted(ids)), at) for (stream, at), ids in sorted(by_key.items())]
 
 
 def touched_at(stream: str, touches: dict[int, float]) -> list[MemoriesTouched]:

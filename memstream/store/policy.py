@@ -1,22 +1,27 @@
 """Rules every backend follows alike: when a failed pending observation is tried again (the one retry
 formula, and the SQL that follows it), and the last-access updates a reflection collects to commit with its
-insights."""
+insights; and the bounds of a count (model usage) either backend stores."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import math
+from collections.abc import Iterable, Iterator, Sequence
 from contextvars import ContextVar
-from typing import Literal
+from typing import Any, Literal
 
-__all__ = ["RETRY_BASE_SECONDS", "RETRY_CAP_SECONDS", "collected_touches", "deferred_touches", "retry_delay",
-           "retry_delay_sql"]
+__all__ = ["COUNT_CEILING", "RETRY_BASE_SECONDS", "RETRY_CAP_SECONDS", "bounded_count", "bounded_usage",
+           "collected_touches", "deferred_touches", "retry_delay", "retry_delay_sql", "saturating_add"]
 
 # A pending observation whose model calls failed waits RETRY_BASE * 2**(failures - 1) seconds, at most
 # RETRY_CAP, before it is tried again (a restart tries every pending observation at once).
 RETRY_BASE_SECONDS = 30.0
 RETRY_CAP_SECONDS = 900.0
 _DOUBLINGS = 30
+# The largest usage count stored (calls, failures, tokens, retries, each per stream and role, and per day): well
+# inside SQLite's INTEGER and PostgreSQL's bigint (both 64-bit signed), exact as a float and in JSON, and the
+# sum of a thousand such rows still fits. A total that would pass it stays at it.
+COUNT_CEILING = 2**53 - 1
 _touches: ContextVar[dict[int, float] | None] = ContextVar("memstream_deferred_touches", default=None)
 
 
@@ -59,3 +64,35 @@ def deferred_touches() -> Iterator[dict[int, float]]:
         _touches.reset(token)
 
 
+
+
+def bounded_count(value: object, ceiling: int = COUNT_CEILING) -> int:
+    """A count that came from outside (a model server's usage, a header) as an int in [0, ceiling]: a number
+    past the ceiling is the ceiling, a negative one or anything that is not a finite number (null, text, NaN)
+    is 0. Bookkeeping never fails on it."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, float):
+        if math.isnan(value):
+            return 0
+        number = ceiling if value > ceiling else int(value) if value > 0 else 0
+    elif isinstance(value, str) and value.strip().isdigit():
+        digits = value.strip()
+        number = ceiling if len(digits) > len(str(ceiling)) else int(digits)
+    else:
+        return 0
+    return min(max(number, 0), ceiling)
+
+
+def bounded_usage(rows: Iterable[Sequence[Any]]) -> list[tuple[Any, ...]]:
+    """Usage rows (stream, role, then counts) with every count in [0, COUNT_CEILING]: what a backend writes."""
+    return [(row[0], row[1], *(bounded_count(value) for value in row[2:])) for row in rows]
+
+
+def saturating_add(table: str, column: str) -> str:
+    """`column = table.column + excluded.column` for an upsert, staying at COUNT_CEILING instead of overflowing
+    (the same words in SQLite and PostgreSQL; `excluded` is bounded by bounded_usage)."""
+    return (f"{column} = CASE WHEN {table}.{column} > {COUNT_CEILING} - excluded.{column} THEN {COUNT_CEILING} "
+            f"ELSE {table}.{column} + excluded.{column} END")

@@ -12,6 +12,7 @@ from aiohttp import web
 
 from memstream.config import show_database
 from memstream.errors import ConfigError, MemoryNotFound, ProviderError
+from memstream.records import ID_MAX
 from memstream.render import tree_json
 from memstream.stream import DEFAULT_STREAM, MemoryStream
 from memstream.web.pages import Site, url
@@ -83,9 +84,18 @@ def _number(request: web.Request, name: str, default: int, low: int, high: int) 
     return value
 
 
+def _memory_id(request: web.Request) -> int:
+    """The id in the path (digits, by the route): past ID_MAX it names no memory (404), as a forgotten one."""
+    text = request.match_info["id"]
+    value = int(text) if len(text) <= len(str(ID_MAX)) else 0
+    if not 1 <= value <= ID_MAX:
+        raise web.HTTPNotFound(text=f"no memory #{text[:40]} (ids run from 1 to {ID_MAX})\n")
+    return value
+
+
 async def _get(request: web.Request) -> Any:
     try:
-        return await request.app[MEMORY].get(int(request.match_info["id"]))
+        return await request.app[MEMORY].get(_memory_id(request))
     except MemoryNotFound:
         raise web.HTTPNotFound(text=f"no memory #{request.match_info['id']} (forgotten, or never stored)\n") from None
 
@@ -157,7 +167,7 @@ async def evidence(request: web.Request) -> web.Response:
     """The evidence tree of a memory as nested JSON (as `memstream why --json`): the graph's data."""
     memory = request.app[MEMORY]
     try:
-        tree = await memory.why(int(request.match_info["id"]))
+        tree = await memory.why(_memory_id(request))
     except MemoryNotFound:
         raise web.HTTPNotFound(text="no such memory\n") from None
     return web.json_response(tree_json(tree))

@@ -215,3 +215,12 @@ async def test_a_mention_logs_no_error(world: World, caplog: pytest.LogCaptureFi
     await world.fake.wait_for_sent(lambda m: m.channel_id == world.general)
     await world.drained()
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+async def test_a_number_no_database_can_hold_names_no_memory_here(world: World) -> None:
+    """Discord passes any integer it accepts: one past what the database holds is "no memory #N", never an
+    overflow logged as "something went wrong"."""
+    for name, user in (("why", world.maria), ("forget", world.manager)):
+        record = await world.fake.slash(world.town.id, world.general, user, name, {"memory_id": 2**63})
+        [shown] = await record.wait_done()
+        assert f"no memory #{2**63}" in shown.content, shown.content

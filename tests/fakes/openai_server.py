@@ -101,6 +101,9 @@ class FakeOpenAIServer:
         self.requests: list[RecordedRequest] = []
         self.chat_requests: list[ChatRequest] = []
         self.embedding_requests: list[list[str]] = []
+        # Usage fields every reply reports instead of the counted ones (a server's numbers are untrusted:
+        # {"prompt_tokens": 2**64 - 1} plays one that lies).
+        self.usage: dict[str, Any] = {}
         self._script: deque[str] = deque()
         self._responder: ChatResponder | None = None
         self._faults: list[tuple[str, str | None]] = []
@@ -289,7 +292,9 @@ class FakeOpenAIServer:
         prompt = "\n".join(_content_text(m.get("content")) for m in messages)
         req = ChatRequest(model=str(body.get("model", "")), messages=messages, prompt=prompt, body=body)
         self.chat_requests.append(req)
-        return web.json_response(self._completion(req.model, self._reply(req), _tokens(prompt)))
+        completion = self._completion(req.model, self._reply(req), _tokens(prompt))
+        completion["usage"].update(self.usage)
+        return web.json_response(completion)
 
     async def _handle_embeddings(self, request: web.Request) -> web.StreamResponse:
         """POST /v1/embeddings."""
@@ -311,7 +316,7 @@ class FakeOpenAIServer:
             encoded: Any = vec if fmt == "float" else base64.b64encode(struct.pack(f"<{dim}f", *vec)).decode()
             data.append({"object": "embedding", "index": i, "embedding": encoded})
         tokens = sum(_tokens(t) for t in texts)
-        usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+        usage = {"prompt_tokens": tokens, "total_tokens": tokens, **self.usage}
         return web.json_response(
             {"object": "list", "data": data, "model": body.get("model", ""), "usage": usage}
         )

@@ -92,7 +92,7 @@ def test_a_refused_persona_starts_nothing(tmp_path: Path, monkeypatch: pytest.Mo
     (["recall", "x", "--stream", " "], "must be a non-empty key"),
     (["observe", "x", "--importance", "11"], "must be a whole number from 1 to 10"),
     (["observe", "x", "--at", "next tuesday"], "not an ISO-8601 time"),
-    (["why", "seven"], "invalid int value"),
+    (["why", "seven"], "argument memory_id: must be a memory id, a whole number from 1 to 9223372036854775807"),
 ])
 def test_bad_command_line_input_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                  argv: list[str], message: str) -> None:

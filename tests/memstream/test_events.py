@@ -145,7 +145,7 @@ async def test_a_failed_reflection_announces_nothing_and_the_index_keeps_its_las
 # -- an index fed only by events equals one rebuilt from the store ----------------------------------
 
 _OPS = st.lists(st.tuples(st.sampled_from(["observe", "retrieve", "edit", "forget", "purge", "elsewhere",
-                                           "elsewhere-forget", "advance"]),
+                                           "elsewhere-forget", "advance", "rewind"]),
                           st.integers(0, 30)), min_size=1, max_size=14)
 _examples = itertools.count()
 
@@ -191,6 +191,8 @@ async def test_an_index_fed_by_events_equals_a_rebuild_after_any_writes(database
                 await other.delete([ids[n % len(ids)]])
             elif op == "advance":
                 clock.advance(hours=n)
+            elif op == "rewind":  # a clock set back (--at): touches then land before memories were made
+                clock.advance(hours=-n - 1)
             stale = stale or op.startswith("elsewhere")
             fed = memory.index.loaded(stream)
             if fed is not None and not stale:

@@ -324,3 +324,12 @@ def test_the_usage_chart_shows_days_without_calls_and_one_year_at_most() -> None
     assert slot == pytest.approx(944 / 4, abs=0.1)
     long = usage_svg([(day(0), "rater", calls), (day(500), "rater", calls)], "tokens")
     assert "2024-01-01" not in long and re.findall(r"<title>[\d-]+: rater (\d+) tokens", long) == ["15"]
+
+
+async def test_an_id_no_database_can_hold_is_a_404_not_a_500(client: Client) -> None:
+    c = await client()
+    for path in ("/memory/9223372036854775808", "/memory/99999999999999999999999",
+                 "/memory/9223372036854775808/evidence.json", "/memory/0", "/memory/" + "9" * 5000):
+        response = await c.get(path)
+        assert response.status == 404, path
+        assert "no memory #" in (await response.text())

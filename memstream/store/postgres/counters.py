@@ -8,27 +8,23 @@ from typing import Any
 
 from memstream.clock import from_timestamp
 from memstream.records import Counts, PendingState, RoleUsage, StreamState
+from memstream.store.policy import bounded_usage, saturating_add
 from memstream.store.postgres.core import Core
 from memstream.store.records import UsageRow
 from memstream.store.rowmap import STATE_COLUMNS, counts_from_rows, pending_from_row, state_from_row, usage_from_row
 
 __all__ = ["Counters"]
 
+# Each total stays at COUNT_CEILING rather than overflowing (the rows are bounded first: policy.bounded_usage).
+_COUNTS = ("calls", "failures", "prompt_tokens", "completion_tokens", "retries")
 _USAGE = ("INSERT INTO model_usage (stream, role, calls, failures, prompt_tokens, completion_tokens, retries) "
           "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (stream, role) DO UPDATE SET "
-          "calls = model_usage.calls + excluded.calls, failures = model_usage.failures + excluded.failures, "
-          "prompt_tokens = model_usage.prompt_tokens + excluded.prompt_tokens, "
-          "completion_tokens = model_usage.completion_tokens + excluded.completion_tokens, "
-          "retries = model_usage.retries + excluded.retries")
-
-
+          + ", ".join(saturating_add("model_usage", column) for column in _COUNTS))
 # A model call also counts in its UTC day's row (the wall clock's day: when the call was made, even in a replay).
 _DAILY_USAGE = ("INSERT INTO model_usage_daily AS d (stream, role, day, calls, failures, prompt_tokens, "
                 "completion_tokens, retries) VALUES (%s, %s, floor(extract(epoch FROM now()) / 86400)::bigint * 86400, "
-                "%s, %s, %s, %s, %s) ON CONFLICT (stream, role, day) DO UPDATE SET calls = d.calls + excluded.calls, "
-                "failures = d.failures + excluded.failures, prompt_tokens = d.prompt_tokens + excluded.prompt_tokens, "
-                "completion_tokens = d.completion_tokens + excluded.completion_tokens, "
-                "retries = d.retries + excluded.retries")
+                "%s, %s, %s, %s, %s) ON CONFLICT (stream, role, day) DO UPDATE SET "
+                + ", ".join(saturating_add("d", column) for column in _COUNTS))
 
 
 def _where(stream: str | None, prefix: str = "WHERE") -> tuple[str, tuple[Any, ...]]:
@@ -68,7 +64,7 @@ class Counters(Core):
     async def record_usage(self, stream: str, role: str, *, calls: int = 1, failures: int = 0,
                            prompt_tokens: int = 0, completion_tokens: int = 0, retries: int = 0) -> None:
         """Count model calls (failed ones, and retries the client made) and tokens per stream and role."""
-        row = (stream, role, calls, failures, prompt_tokens, completion_tokens, retries)
+        [row] = bounded_usage([(stream, role, calls, failures, prompt_tokens, completion_tokens, retries)])
         async with self.transaction():
             await self._execute(_USAGE, row)
             await self._execute(_DAILY_USAGE, row)
@@ -78,7 +74,7 @@ class Counters(Core):
         Their rows are locked in one order (stream, then role) whatever the order given: two writers listing
         the same counters in opposite orders (a burst's batches of two streams) would otherwise deadlock."""
         if rows:
-            ordered = sorted(rows, key=lambda row: (row[0], row[1]))
+            ordered = sorted(bounded_usage(rows), key=lambda row: (row[0], row[1]))
             async with self.transaction():
                 await self._many(_USAGE, ordered)
                 await self._many(_DAILY_USAGE, ordered)

@@ -23,7 +23,7 @@ class Evidence(EvidenceWalk, Loading):
             await self._lock([stream, *(await self._streams_of(touches or ()))])
             if touches:
                 rows = await self._many_returning(
-                    "UPDATE memories SET last_accessed_at = GREATEST(last_accessed_at, %s) WHERE id = %s "
+                    "UPDATE memories SET last_accessed_at = GREATEST(last_accessed_at, %s, created_at) WHERE id = %s "
                     "RETURNING stream, id, last_accessed_at", [(t, i) for i, t in sorted(touches.items())])
                 await self._bump(row[0] for found in rows for row in found)
                 self._announce(*touched_at(stream, {int(row[1]): float(row[2]) for found in rows for row in found}))

@@ -12,7 +12,7 @@ from psycopg.errors import DeadlockDetected
 from memstream.errors import MemoryNotFound, StoreError
 from memstream.records import Memory
 from memstream.store.chunks import chunks
-from memstream.store.events import MemoriesTouched, MemoryUpdated, ready_event, ready_inserted
+from memstream.store.events import MemoryUpdated, ready_event, ready_inserted, touched_rows
 from memstream.store.policy import collected_touches, retry_delay_sql
 from memstream.store.postgres.counters import Counters
 from memstream.store.postgres.presence import LIVE_OWNERS
@@ -199,13 +199,12 @@ class Rows(Counters):
         if ids:
             async with self.transaction():
                 await self._lock(await self._streams_of(ids))
-                rows = await self._rows("UPDATE memories SET last_accessed_at = %s WHERE id = ANY(%s) "
-                                        "RETURNING stream, id", (at, sorted(set(ids))))
+                # Never before the memory was made (a clock set back); what was written is announced, as written.
+                rows = await self._rows("UPDATE memories SET last_accessed_at = GREATEST(%s, created_at) "
+                                        "WHERE id = ANY(%s) RETURNING stream, id, last_accessed_at",
+                                        (at, sorted(set(ids))))
                 await self._bump(row[0] for row in rows)
-                by_stream: dict[str, list[int]] = {}
-                for stream, memory_id in rows:
-                    by_stream.setdefault(stream, []).append(int(memory_id))
-                self._announce(*(MemoriesTouched(s, tuple(sorted(i)), at) for s, i in sorted(by_stream.items())))
+                self._announce(*touched_rows(rows))
 
     async def retrieved(self, ids: Sequence[int], at: float, *, usage: Sequence[UsageRow] = ()) -> dict[int, Memory]:
         """The memories a retrieval returns, by id (missing ones left out, as read before the touch); their last

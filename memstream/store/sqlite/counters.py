@@ -8,24 +8,28 @@ from typing import Any
 
 from memstream.clock import from_timestamp
 from memstream.records import Counts, PendingState, RoleUsage, StreamState
+from memstream.store.policy import bounded_usage, saturating_add
 from memstream.store.records import UsageRow
 from memstream.store.rowmap import STATE_COLUMNS, counts_from_rows, pending_from_row, state_from_row, usage_from_row
 from memstream.store.sqlite.migrate import Migrations
 
 __all__ = ["DAILY_USAGE", "USAGE", "Counters"]
 
-# Usage rows (stream, role, calls, failures, prompt tokens, completion tokens, retries) added to the totals.
+# Usage rows (stream, role, calls, failures, prompt tokens, completion tokens, retries) added to the totals, each
+# total staying at COUNT_CEILING rather than overflowing (the rows are bounded first: policy.bounded_usage).
+_COUNTS = ("calls", "failures", "prompt_tokens", "completion_tokens", "retries")
+
+
+def _sums(table: str) -> str:
+    return ", ".join(saturating_add(table, column) for column in _COUNTS)
+
+
 USAGE = ("INSERT INTO model_usage (stream, role, calls, failures, prompt_tokens, completion_tokens, retries) "
-         "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (stream, role) DO UPDATE SET calls = calls + excluded.calls, "
-         "failures = failures + excluded.failures, prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
-         "completion_tokens = completion_tokens + excluded.completion_tokens, retries = retries + excluded.retries")
+         f"VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (stream, role) DO UPDATE SET {_sums('model_usage')}")
 # A model call also counts in its UTC day's row (the wall clock's day: when the call was made, even in a replay).
 DAILY_USAGE = ("INSERT INTO model_usage_daily (stream, role, day, calls, failures, prompt_tokens, completion_tokens, "
                 "retries) VALUES (?1, ?2, CAST(strftime('%s', 'now') AS INTEGER) / 86400 * 86400, ?3, ?4, ?5, ?6, ?7) "
-                "ON CONFLICT (stream, role, day) DO UPDATE SET calls = calls + excluded.calls, "
-                "failures = failures + excluded.failures, prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
-                "completion_tokens = completion_tokens + excluded.completion_tokens, "
-                "retries = retries + excluded.retries")
+                f"ON CONFLICT (stream, role, day) DO UPDATE SET {_sums('model_usage_daily')}")
 
 
 def _where(stream: str | None, prefix: str = "WHERE") -> tuple[str, tuple[Any, ...]]:
@@ -69,7 +73,7 @@ class Counters(Migrations):
     async def record_usage(self, stream: str, role: str, *, calls: int = 1, failures: int = 0,
                            prompt_tokens: int = 0, completion_tokens: int = 0, retries: int = 0) -> None:
         """Count model calls (failed ones, and retries the client made) and tokens per stream and role."""
-        row = (stream, role, calls, failures, prompt_tokens, completion_tokens, retries)
+        [row] = bounded_usage([(stream, role, calls, failures, prompt_tokens, completion_tokens, retries)])
         await self.conn.execute(USAGE, row)
         await self.conn.execute(DAILY_USAGE, row)
 
@@ -102,8 +106,9 @@ class Counters(Migrations):
     async def record_usage_many(self, rows: Sequence[UsageRow]) -> None:
         """Add many (stream, role, calls, failures, prompt tokens, completion tokens, retries) rows at once."""
         if rows:
-            await self.conn.executemany(USAGE, list(rows))
-            await self.conn.executemany(DAILY_USAGE, list(rows))
+            bounded = bounded_usage(rows)
+            await self.conn.executemany(USAGE, bounded)
+            await self.conn.executemany(DAILY_USAGE, bounded)
 
     async def usage(self, stream: str | None = None) -> dict[str, RoleUsage]:
         """Model calls and tokens per role (one stream, or all)."""

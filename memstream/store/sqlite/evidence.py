@@ -21,8 +21,9 @@ class Evidence(EvidenceWalk, Loading):
         reflection's retrievals (`touches`, id: time), in one transaction."""
         async with self.transaction():
             if touches:
-                await self.conn.executemany("UPDATE memories SET last_accessed_at = max(last_accessed_at, ?) "
-                                            "WHERE id = ?", [(t, i) for i, t in touches.items()])
+                await self.conn.executemany("UPDATE memories SET last_accessed_at = "
+                                            "max(last_accessed_at, ?, created_at) WHERE id = ?",
+                                            [(t, i) for i, t in touches.items()])
                 ids = sorted(touches)  # what each last access is now (a later one than the touch stays)
                 rows = await self.conn.execute_fetchall(
                     f"SELECT id, last_accessed_at FROM memories WHERE id IN ({','.join('?' * len(ids))})", ids)

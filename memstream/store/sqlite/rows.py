@@ -11,8 +11,8 @@ import numpy.typing as npt
 from memstream.errors import MemoryNotFound
 from memstream.records import Memory
 from memstream.store.chunks import CHUNK, chunks
-from memstream.store.events import MemoriesTouched, MemoryUpdated, ready_event, ready_inserted, touched_by_stream
-from memstream.store.policy import collected_touches, retry_delay_sql
+from memstream.store.events import MemoryUpdated, ready_event, ready_inserted, touched_rows
+from memstream.store.policy import bounded_usage, collected_touches, retry_delay_sql
 from memstream.store.records import NewMemory, UsageRow
 from memstream.store.rowmap import MEMORY_COLUMNS, memory_from_row
 from memstream.store.sqlite.counters import DAILY_USAGE, USAGE, Counters
@@ -22,6 +22,11 @@ __all__ = ["Rows", "to_blob"]
 _INSERT = ("INSERT INTO memories (stream, kind, text, created_at, last_accessed_at, importance, importance_source, "
            "depth, author, author_id, channel, channel_id, message_id, status, embedding) "
            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+
+# A touch: last access becomes the retrieval's time, never before the memory was made (a clock set back, as by
+# `--at` under the spec profile, must not put it there); what was written is announced, as written.
+_TOUCH = "UPDATE memories SET last_accessed_at = max(?, created_at) WHERE id IN"
+_TOUCHED = "RETURNING stream, id, last_accessed_at"
 
 
 def _insert_row(m: NewMemory) -> tuple[Any, ...]:
@@ -198,9 +203,11 @@ class Rows(Counters):
             for memory_id in ids:
                 collected[memory_id] = max(at, collected.get(memory_id, at))
         elif ids:
-            await self.conn.executemany("UPDATE memories SET last_accessed_at = ? WHERE id = ?",
-                                        [(at, i) for i in ids])
-            self._announce(MemoriesTouched(None, tuple(int(i) for i in ids), at))
+            written: list[Any] = []
+            for chunk in chunks(sorted({int(i) for i in ids}), CHUNK):
+                written += await self.conn.execute_fetchall(f"{_TOUCH} ({','.join('?' * len(chunk))}) {_TOUCHED}",
+                                                            [at, *chunk])
+            self._announce(*touched_rows(written))
 
     async def retrieved(self, ids: Sequence[int], at: float, *, usage: Sequence[UsageRow] = ()) -> dict[int, Memory]:
         """The memories a retrieval returns, by id (missing ones left out, the rest as they were read, before
@@ -219,19 +226,20 @@ class Rows(Counters):
                 collected[memory_id] = max(at, collected.get(memory_id, at))
         touching = ids if collected is None else []
         marks = ",".join("?" * len(ids))
-        usage = list(usage)
+        usage = bounded_usage(usage)
 
-        def read_and_write(conn: Any) -> tuple[list[Any], bool]:
-            """The rows, and whether the write joined a transaction another task holds open."""
+        def read_and_write(conn: Any) -> tuple[list[Any], list[Any], bool]:
+            """The rows, the touches written, and whether the write joined a transaction another task holds."""
             rows = conn.execute(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id IN ({marks})", ids).fetchall()
+            written: list[Any] = []
             if not (touching and rows) and not usage:
-                return list(rows), False
+                return list(rows), written, False
             began = not conn.in_transaction  # else another task's open transaction: joined, as by `touch`
             if began:
                 conn.execute("BEGIN IMMEDIATE")
             try:
                 if touching and rows:
-                    conn.execute(f"UPDATE memories SET last_accessed_at = ? WHERE id IN ({marks})", [at, *touching])
+                    written = conn.execute(f"{_TOUCH} ({marks}) {_TOUCHED}", [at, *touching]).fetchall()
                 if usage:
                     conn.executemany(USAGE, usage)
                     conn.executemany(DAILY_USAGE, usage)
@@ -241,14 +249,14 @@ class Rows(Counters):
                 if began and conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
-            return list(rows), not began
+            return list(rows), written, not began
 
         if not ids and not usage:
             return {}
-        rows, joined = await self.conn.run(read_and_write)
+        rows, written, joined = await self.conn.run(read_and_write)
         found = {int(row[0]): memory_from_row(row) for row in rows}
-        if touching and found:
-            touched = touched_by_stream(found.values(), at)
+        if written:
+            touched = touched_rows(written)
             held = self._open_events() if joined else None
             if held is not None:
                 held.extend(touched)

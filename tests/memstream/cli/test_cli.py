@@ -447,3 +447,15 @@ async def test_import_reflects_only_when_asked_and_stamps_insights_with_the_hist
     stamps = [row[0] for row in conn.execute("SELECT created_at FROM memories WHERE kind = 'reflection'")]
     conn.close()
     assert stamps and all(datetime.fromtimestamp(t, UTC).year == 2023 for t in stamps)
+
+
+@pytest.mark.parametrize("command", ["why", "forget"])
+@pytest.mark.parametrize("number", ["99999999999999999999999", "9223372036854775808", "0", "12x"])
+def test_a_memory_id_no_database_can_hold_is_a_usage_error(capsys: pytest.CaptureFixture[str], command: str,
+                                                            number: str) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main([command, number])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"must be a memory id, a whole number from 1 to 9223372036854775807, got '{number}'" in err
+    assert "Traceback" not in err
