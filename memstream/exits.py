@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import sys
 from collections.abc import Coroutine
 from typing import Any
@@ -10,13 +12,20 @@ from typing import Any
 from memstream.errors import ConfigError, MemstreamError, SchemaTooNew, StoreDamaged
 from memstream.text import visible
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_DAMAGED", "EXIT_FAILED", "EXIT_PENDING", "EXIT_TOO_NEW", "exit_status",
-           "run_to_exit"]
+__all__ = ["EXIT_BAD_INPUT", "EXIT_DAMAGED", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_PENDING", "EXIT_PIPE_CLOSED",
+           "EXIT_TOO_NEW", "Interrupted", "exit_status", "quietly_closed", "run_to_exit"]
 
 # 0 done; 1 failed (a model server,
 # a lock, the disk); 2 bad input (a persona file, an option, a history file); 3 done but memories left pending;
 # 4 damaged data (restore a backup or `memstream salvage`); 5 the database was made by a newer memstream.
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_PENDING, EXIT_DAMAGED, EXIT_TOO_NEW = 1, 2, 3, 4, 5
+# The shell's statuses for a program ended by a signal (128 + its number): Ctrl-C (SIGINT), and standard output
+# closed by its reader (SIGPIPE: `memstream export ... | head -1`), as `cat` ends under `set -o pipefail`.
+EXIT_INTERRUPTED, EXIT_PIPE_CLOSED = 130, 141
+
+
+class Interrupted(Exception):  # noqa: N818 (not an error: the user asked for it)
+    """Ctrl-C ended a command; the message says what it had done (run_to_exit prints it, exit 130)."""
 
 
 def exit_status(exc: MemstreamError) -> int:
@@ -32,11 +41,29 @@ def exit_status(exc: MemstreamError) -> int:
 
 def run_to_exit(command: Coroutine[Any, Any, int]) -> int:
     """Run a command to its exit status: an error that ends it is one line on stderr (never a traceback) and
-    its status (exit_status); Ctrl-C is 130."""
+    its status (exit_status); Ctrl-C is one line and 130; standard output closed by its reader ends the command
+    quietly with 141 (what the shell reports for a program SIGPIPE ended)."""
     try:
-        return asyncio.run(command)
+        try:
+            status = asyncio.run(command)
+            sys.stdout.flush()  # here, not at exit: a reader that left is seen now
+            return status
+        except BrokenPipeError:
+            return quietly_closed()
     except MemstreamError as exc:
         print(visible(f"memstream: error: {exc}"), file=sys.stderr)
         return exit_status(exc)
+    except Interrupted as exc:
+        print(visible(f"memstream: interrupted: {exc}"), file=sys.stderr)
+        return EXIT_INTERRUPTED
     except KeyboardInterrupt:
-        return 130
+        print("memstream: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def quietly_closed() -> int:
+    """Standard output's reader left (`| head`): nothing more is written to it, not even at exit (Python's
+    final flush would print a BrokenPipeError); the status the shell gives a program SIGPIPE ended."""
+    with open(os.devnull, "wb") as devnull, contextlib.suppress(OSError, ValueError):  # not a file (tests)
+        os.dup2(devnull.fileno(), sys.stdout.fileno())
+    return EXIT_PIPE_CLOSED
