@@ -24,7 +24,7 @@ EXIT_FAILED, EXIT_BAD_INPUT, EXIT_PENDING, EXIT_DAMAGED, EXIT_TOO_NEW = 1, 2, 3,
 EXIT_INTERRUPTED, EXIT_PIPE_CLOSED = 130, 141
 
 
-class Interrupted(Exception):  # noqa: N818 (not an error: the user asked for it)
+class Interrupted(Exception):
     """Ctrl-C ended a command; the message says what it had done (run_to_exit prints it, exit 130)."""
 
 

@@ -86,7 +86,7 @@ async def _interrupted_line(memory: MemoryStream, done: _Imported, count: int) -
         print(file=sys.stderr)  # off the progress bar's line
     try:
         left: int | None = (await asyncio.wait_for(memory.store.pending_state(), 5)).count
-    except (asyncio.TimeoutError, MemstreamError):
+    except (TimeoutError, MemstreamError):
         left = None
     pending = "" if left is None else (f"; {left} stored memory(ies) pending (not yet rated and embedded)"
                                        if left else "; nothing is pending")
