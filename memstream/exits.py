@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import sys
+import threading
 from collections.abc import Coroutine
 from typing import Any
 
@@ -54,11 +55,27 @@ def run_to_exit(command: Coroutine[Any, Any, int]) -> int:
         print(visible(f"memstream: error: {exc}"), file=sys.stderr)
         return exit_status(exc)
     except Interrupted as exc:
+        _ending_threads_quietly()
         print(visible(f"memstream: interrupted: {exc}"), file=sys.stderr)
         return EXIT_INTERRUPTED
     except KeyboardInterrupt:
+        _ending_threads_quietly()
         print("memstream: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _ending_threads_quietly() -> None:
+    """After Ctrl-C, a worker thread (a database connection's) may finish a call the interrupted command no
+    longer waits for, and fail to hand the result to the event loop, which is closed: nothing is lost, and it
+    is no traceback for the user."""
+    previous = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if isinstance(args.exc_value, RuntimeError) and str(args.exc_value) == "Event loop is closed":
+            return
+        previous(args)
+
+    threading.excepthook = hook
 
 
 def quietly_closed() -> int:
