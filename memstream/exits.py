@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import sys
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from typing import Any
 
 from memstream.errors import ConfigError, MemstreamError, SchemaTooNew, StoreDamaged
@@ -46,7 +47,7 @@ def run_to_exit(command: Coroutine[Any, Any, int]) -> int:
     quietly with 141 (what the shell reports for a program SIGPIPE ended)."""
     try:
         try:
-            status = asyncio.run(command)
+            status = _run(command)
             sys.stdout.flush()  # here, not at exit: a reader that left is seen now
             return status
         except BrokenPipeError:
@@ -62,6 +63,66 @@ def run_to_exit(command: Coroutine[Any, Any, int]) -> int:
         _ending_threads_quietly()
         print("memstream: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _run(command: Coroutine[Any, Any, int]) -> int:
+    """asyncio.run, but Ctrl-C pressed again while the command says what the first one interrupted (and closes
+    the database) is ignored, instead of raising KeyboardInterrupt wherever the program is (a traceback)."""
+    ctrl_c = _CtrlC()
+    with ctrl_c.installed(), asyncio.Runner() as runner:
+        ctrl_c.loop = runner.get_loop()
+        ctrl_c.loop.set_exception_handler(_unless_interrupted)
+        try:
+            return runner.run(ctrl_c.main(command))
+        except asyncio.CancelledError:
+            if ctrl_c.presses:
+                raise KeyboardInterrupt from None
+            raise
+
+
+class _CtrlC:
+    """SIGINT: the first cancels the command, which cleans up and says what it had done; a second meanwhile
+    is ignored; a third ends the program at once (a cleanup that hangs)."""
+
+    def __init__(self) -> None:
+        self.presses = 0
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.task: asyncio.Task[int] | None = None
+
+    async def main(self, command: Coroutine[Any, Any, int]) -> int:
+        self.task = asyncio.current_task()
+        return await command
+
+    def __call__(self, signum: int, frame: object) -> None:
+        self.presses += 1
+        if self.presses == 1:
+            if self.task is None or self.loop is None or self.task.done():
+                raise KeyboardInterrupt
+            self.task.cancel()
+            self.loop.call_soon_threadsafe(lambda: None)  # wake the loop up
+        elif self.presses >= 3:
+            print("memstream: interrupted", file=sys.stderr, flush=True)
+            os._exit(EXIT_INTERRUPTED)
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        """The handler, where Python's own is (the main thread, SIGINT not ignored)."""
+        if threading.current_thread() is not threading.main_thread() or \
+                signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+            yield
+            return
+        signal.signal(signal.SIGINT, self)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _unless_interrupted(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The loop's report of an error no one awaited, unless it is the interruption itself (a second Ctrl-C
+    while the command was saying what the first one interrupted): that is the one line already."""
+    if not isinstance(context.get("exception"), Interrupted | KeyboardInterrupt):
+        loop.default_exception_handler(context)
 
 
 def _ending_threads_quietly() -> None:

@@ -103,3 +103,32 @@ async def test_ctrl_c_while_a_command_starts_is_one_line(tmp_path: Path, after: 
         return
     assert proc.returncode in (130, -signal.SIGINT)  # before Python's own handler is in place: the signal's
     assert lines in ([], ["memstream: interrupted"])
+
+
+async def test_a_second_ctrl_c_while_the_first_is_handled_is_still_one_line(
+        tmp_path: Path, server: FakeOpenAIServer) -> None:
+    persona = str(_persona(tmp_path, server.base_url))
+    history = tmp_path / "history.jsonl"
+    history.write_text("".join(json.dumps({"text": f"line {i}", "at": "2024-03-01T10:00:00Z"}) + "\n"
+                               for i in range(600)), encoding="utf-8")
+    server.hold = _embeddings
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "memstream", "import", str(history),
+                                                "--persona", persona, env=ENV, cwd=ROOT,
+                                                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    try:
+        for _ in range(600):
+            if server.held:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        await asyncio.sleep(0.001)  # the user presses it again, impatient
+        proc.send_signal(signal.SIGINT)
+        _, err = await asyncio.wait_for(proc.communicate(), 10)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    lines = [line for line in err.decode().splitlines() if line.strip()]
+    assert proc.returncode in (130, -signal.SIGINT)  # the second one may end Python itself: the shell shows 130
+    assert len(lines) == 1 and lines[0].startswith("memstream: interrupted"), lines
