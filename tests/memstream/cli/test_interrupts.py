@@ -79,7 +79,7 @@ async def test_ctrl_c_during_an_import_says_what_was_stored_and_what_is_pending(
     (["recall", "the party"], _embeddings),
     (["observe", "a party on Friday"], lambda path, body: path.endswith("/chat/completions")),
     (["reflect"], lambda path, body: path.endswith("/chat/completions")),
-], ids=lambda v: v[0] if isinstance(v, list) else "")
+], ids=["recall", "observe", "reflect"])
 async def test_ctrl_c_in_any_command_is_one_line_and_130(tmp_path: Path, server: FakeOpenAIServer,
                                                          argv: list[str], hold: Callable[[str, Any], bool]) -> None:
     persona = str(_persona(tmp_path, server.base_url))
