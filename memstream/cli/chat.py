@@ -44,7 +44,7 @@ async def cmd_chat(memory: MemoryStream, args: argparse.Namespace) -> int:
         try:
             while await session.turn(await _read_line(f"{args.speaker}> " if tty else None), tty=tty):
                 pass
-        except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C: asyncio.run cancels the command
+        except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C: run_to_exit cancels the command
             what = session.interrupted()
             if tty:
                 print(file=sys.stderr)
