@@ -183,7 +183,8 @@ class PersonaBot(commands.Bot):
             try:
                 await asyncio.wait_for(observe.drained(), CLOSE_DRAIN_SECONDS)  # type: ignore[attr-defined]
             except TimeoutError:
-                log.warning("closing with observations still queued: they were not stored")
+                log.warning("closing before every observation was done: %s",
+                            observe.unsettled())  # type: ignore[attr-defined]
         write_status("stopped")
         await super().close()
 

@@ -154,7 +154,11 @@ class Ingest:
         """Embed a batch while its memories are rated (every model call bounded by max_concurrency), then
         store it, its importance and the usage counted so far in one transaction."""
         embedding = asyncio.ensure_future(self._embed(batch, errors))
-        ratings = await asyncio.gather(*(self._rate(m, errors) for m in batch))
+        try:
+            ratings = await asyncio.gather(*(self._rate(m, errors) for m in batch))
+        except BaseException:  # cancelled (Ctrl-C) or failed: the embedding call must not outlive the batch
+            embedding.cancel()
+            raise
         embedded = await embedding
         if embedded is None:
             return

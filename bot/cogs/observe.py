@@ -84,6 +84,8 @@ class ObserveCog(commands.Cog):
         self.idle = asyncio.Event()
         self.idle.set()
         self._busy = 0
+        self.storing = 0  # observations of the batch being stored now
+        self.completing = 0  # stored ones whose model calls are running now
         self.store_retry = STORE_RETRY  # seconds before a batch the store refused is tried again (doubling)
         self.store_failures = 0  # in a row
 
@@ -134,7 +136,12 @@ class ObserveCog(commands.Cog):
             try:
                 while self.queue:
                     batch = [self.queue.popitem(last=False)[1] for _ in range(min(BATCH, len(self.queue)))]
-                    if not await self._store(batch):
+                    self.storing = len(batch)
+                    try:
+                        stored = await self._store(batch)
+                    finally:
+                        self.storing = 0
+                    if not stored:
                         self._requeue(batch)
                         self.store_failures += 1  # a full disk, a lock: try again by itself
                         await asyncio.sleep(retry_delay(self.store_failures, base=self.store_retry,
@@ -193,12 +200,15 @@ class ObserveCog(commands.Cog):
             try:
                 while self.backlog:
                     ids = [self.backlog.popleft() for _ in range(min(BATCH, len(self.backlog)))]
+                    self.completing = len(ids)
                     try:
                         await self.bot.memory.complete(ids)
                     except MemstreamError as exc:
                         log.error("could not complete %d observation(s), they stay pending: %s", len(ids), exc)
                     except Exception:
                         log.exception("completing a batch of observations failed; they stay pending")
+                    finally:
+                        self.completing = 0
             finally:
                 self._busy -= 1
                 self._settle()
@@ -211,6 +221,20 @@ class ObserveCog(commands.Cog):
         raced = [o.source.message_id for o in batch if o.source.message_id in self.deleted]
         if raced:
             await self.bot.memory.forget_messages([m for m in raced if m])
+
+    def unsettled(self) -> str:
+        """What is not done yet, for the log of a stop that could not wait: the queued observations are lost, the
+        stored ones wait (pending) for their model calls, which the next start's retry makes."""
+        parts = []
+        if self.queue:
+            parts.append(f"{len(self.queue)} queued observation(s) were not stored")
+        if self.storing:
+            parts.append(f"{self.storing} were being stored (each batch is stored whole or not at all)")
+        pending = len(self.backlog) + self.completing
+        if pending:
+            parts.append(f"{pending} stored observation(s) are not rated and embedded yet: they are kept as pending, "
+                         "and completed after the next start")
+        return "; ".join(parts) or "nothing was left"
 
     async def drained(self) -> None:
         """Wait until every queued observation has been written (tests and shutdown)."""

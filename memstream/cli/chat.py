@@ -9,12 +9,15 @@ import contextlib
 import json
 import sys
 import threading
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from memstream.cli.handlers import OnMemory
 from memstream.cli.options import Parents
 from memstream.cli.shell import STEPS, spinner_wanted, why_lines
 from memstream.cli.spinner import Spinner
+from memstream.errors import ProviderError, StoreFull, StoreLocked
+from memstream.exits import Interrupted
 from memstream.render import scored_json
 from memstream.text import visible
 
@@ -31,21 +34,42 @@ CHAT_HELP = ("/help  these commands\n/why   what the last reply was built from\n
 async def cmd_chat(memory: MemoryStream, args: argparse.Namespace) -> int:
     """Talk to the persona: each line is observed and answered; /commands are the shell's own."""
     tty = sys.stdin.isatty()
-    if tty:
-        with contextlib.suppress(ImportError):  # line editing and history for input(), where the platform has it
-            import readline  # noqa: F401
-    print(f"Talking to {memory.name} (stream {args.stream!r}). /help for commands, Ctrl-D to leave.",
-          file=sys.stderr)
-    session = _Session(memory, args, Spinner(spinner_wanted(args.json)))
-    try:
-        while await session.turn(await _read_line(f"{args.speaker}> " if tty else None), tty=tty):
-            pass
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        session.interrupted()
+    with _terminal_kept(tty):
         if tty:
-            print(file=sys.stderr)
-        raise
+            with contextlib.suppress(ImportError):  # line editing and history for input(), where the platform has it
+                import readline  # noqa: F401
+        print(f"Talking to {memory.name} (stream {args.stream!r}). /help for commands, Ctrl-D to leave.",
+              file=sys.stderr)
+        session = _Session(memory, args, Spinner(spinner_wanted(args.json)))
+        try:
+            while await session.turn(await _read_line(f"{args.speaker}> " if tty else None), tty=tty):
+                pass
+        except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C: run_to_exit cancels the command
+            what = session.interrupted()
+            if tty:
+                print(file=sys.stderr)
+            if what is None:
+                raise
+            raise Interrupted(what) from None
     return 0
+
+
+@contextlib.contextmanager
+def _terminal_kept(tty: bool) -> Iterator[None]:
+    """The terminal's settings as they were, however the chat ends: line editing (readline) changes them while
+    it reads a line, and a Ctrl-C ends the program in the middle of that read."""
+    saved = None
+    if tty:
+        with contextlib.suppress(ImportError, OSError):  # termios: not on Windows
+            import termios
+
+            saved = termios.tcgetattr(sys.stdin.fileno())
+    try:
+        yield
+    finally:
+        if saved is not None:
+            with contextlib.suppress(OSError):  # the terminal is gone
+                termios.tcsetattr(sys.stdin.fileno(), termios.TCSADRAIN, saved)
 
 
 class _Session:
@@ -55,6 +79,7 @@ class _Session:
         self.memory, self.args, self.spin = memory, args, spin
         self.last: Reply | None = None
         self.remembering: asyncio.Future[None] | None = None
+        self.step: str | None = None  # what respond is doing, while it answers
 
     async def turn(self, line: str | None, *, tty: bool) -> bool:
         """Handle one line of input; False once the user leaves."""
@@ -85,12 +110,21 @@ class _Session:
         return True
 
     async def say(self, text: str) -> None:
-        """Say a line to the persona and print its reply; the reply is remembered while the user reads."""
+        """Say a line to the persona and print its reply; the reply is remembered while the user reads. A turn
+        the model server (or a busy or full disk) fails is one line, and the chat goes on."""
         args = self.args
-        with self.spin:
-            await _remembered(self.remembering, self.spin)
-            self.last = last = await self.memory.respond(text, stream=args.stream, speaker=args.speaker, at=args.at,
-                                                         defer_reply=True, on_step=lambda s: self.spin.show(STEPS[s]))
+        try:
+            with self.spin:
+                await _remembered(self.remembering, self.spin)
+                self.remembering = None
+                self.step = "observing"
+                self.last = last = await self.memory.respond(text, stream=args.stream, speaker=args.speaker,
+                                                             at=args.at, defer_reply=True, on_step=self._show)
+        except (ProviderError, StoreLocked, StoreFull) as exc:
+            self.step = None
+            print(visible(f"memstream: this turn failed: {exc}"), file=sys.stderr, flush=True)
+            return
+        self.step = None
         self.remembering = asyncio.ensure_future(self.memory.reply_sent(last, []))
         if args.json:
             print(json.dumps({"reply": last.text, "trace": last.trace_id,
@@ -98,16 +132,26 @@ class _Session:
         else:
             print(visible(f"{self.memory.name}: {last.text}"), flush=True)
 
+    def _show(self, step: str) -> None:
+        self.step = step
+        self.spin.show(STEPS[step])
+
     async def settle(self) -> None:
         """Wait, with the spinner, until the last reply is remembered."""
         with self.spin:
             await _remembered(self.remembering, self.spin)
 
-    def interrupted(self) -> None:
-        """Ctrl-C: the last reply, if still being remembered, is left pending (the next command completes it)."""
+    def interrupted(self) -> str | None:
+        """Ctrl-C: what it interrupted (None: nothing, the prompt). The last reply, if still being remembered,
+        is left pending (the next command completes it)."""
         self.spin.stop()
-        if self.remembering is not None:
+        if self.step is not None:
+            return ("your line is remembered; there was no reply" if self.step in ("retrieving", "answering")
+                    else "there was no reply; your line was being stored, and is kept if it was (pending)")
+        if self.remembering is not None and not self.remembering.done():
             self.remembering.cancel()
+            return "the last reply is kept as a pending memory (the next command completes it)"
+        return None
 
 
 async def _remembered(remembering: asyncio.Future[None] | None, spin: Spinner) -> None:

@@ -19,8 +19,8 @@ from memstream.cli.options import Parents, importance, positive, stream_key, use
 from memstream.cli.output import emit, progress
 from memstream.config import PersonaConfig, is_database_url, load_persona
 from memstream.data.history import read_history
-from memstream.errors import ConfigError, ProviderError
-from memstream.exits import EXIT_PENDING
+from memstream.errors import ConfigError, MemstreamError, ProviderError
+from memstream.exits import EXIT_PENDING, Interrupted
 from memstream.records import Observation
 from memstream.render import compact_ranges
 from memstream.text import visible
@@ -40,6 +40,7 @@ class _Imported:
 
     ready: int = 0
     already: int = 0
+    read: int = 0  # lines of the file handled (stored, or already there)
     waiting: list[int] = field(default_factory=list)
 
 
@@ -50,12 +51,16 @@ async def cmd_import(memory: MemoryStream, args: argparse.Namespace) -> int:
     lines = history.observations
     # Reflections run only when asked (--reflect), at the imported messages' time, never behind the user's back.
     memory.auto_reflect = False
-    # A run interrupted (or cut off by a model outage) left lines pending: finish all of them first.
-    await _finish_pending(memory)
     done = _Imported()
-    for start in range(0, len(lines), CHUNK):
-        await _import_chunk(memory, lines[start:start + CHUNK], done, reflect=args.reflect)
-        progress(min(start + CHUNK, len(lines)), len(lines), CHUNK)
+    try:
+        # A run interrupted (or cut off by a model outage) left lines pending: finish all of them first.
+        await _finish_pending(memory)
+        for start in range(0, len(lines), CHUNK):
+            await _import_chunk(memory, lines[start:start + CHUNK], done, reflect=args.reflect)
+            done.read = min(start + CHUNK, len(lines))
+            progress(done.read, len(lines), CHUNK)
+    except asyncio.CancelledError:  # Ctrl-C: what is stored stays; say so, and what is left
+        raise Interrupted(await _interrupted_line(memory, done, len(lines))) from None
     if done.waiting:  # lines another import stored and is still completing, or whose model calls failed: try once more
         await memory.complete(sorted(set(done.waiting)))
         now = await memory.store.get_many(sorted(set(done.waiting)))
@@ -75,6 +80,20 @@ async def _import_chunk(memory: MemoryStream, part: Sequence[Observation], done:
     done.waiting += [m.id for m in memories if m.status == "pending"]
     if reflect:
         await _reflect_due(memory, at=max(o.at for o in part if o.at) if any(o.at for o in part) else None)
+
+
+async def _interrupted_line(memory: MemoryStream, done: _Imported, count: int) -> str:
+    """What an interrupted import leaves: the lines it got through, and the memories left pending."""
+    if sys.stderr.isatty() and done.read:
+        print(file=sys.stderr)  # off the progress bar's line
+    try:
+        left: int | None = (await asyncio.wait_for(memory.store.pending_state(), 5)).count
+    except (TimeoutError, MemstreamError):
+        left = None
+    pending = "" if left is None else (f"; {left} stored memory(ies) pending (not yet rated and embedded)"
+                                       if left else "; nothing is pending")
+    return (f"{done.read} of {count} line(s) imported ({done.ready} ready){pending}: the same import run again "
+            "skips what is stored and completes what is pending")
 
 
 @dataclass(frozen=True)

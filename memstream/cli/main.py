@@ -17,14 +17,29 @@ from importlib.metadata import EntryPoint
 from memstream.cli.handlers import Plain, run
 from memstream.cli.options import DEFAULT_PERSONA
 from memstream.cli.parser import build_parser
-from memstream.exits import EXIT_BAD_INPUT, run_to_exit
+from memstream.exits import EXIT_BAD_INPUT, EXIT_INTERRUPTED, quietly_closed, run_to_exit
 from memstream.records import DEFAULT_STREAM
 
 __all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None, *, plugins: Iterable[EntryPoint] | None = None) -> int:
-    """Entry point of the console script; `plugins` stands in for the installed ones (tests)."""
+    """Entry point of the console script; `plugins` stands in for the installed ones (tests). Ctrl-C and a
+    closed standard output end it as they end a command (run_to_exit), even while it starts or prints --help."""
+    try:
+        try:
+            try:
+                return _main(argv, plugins)
+            finally:  # here, not at exit (--help ends with SystemExit): a reader that left is seen now
+                sys.stdout.flush()
+        except BrokenPipeError:
+            return quietly_closed()
+    except KeyboardInterrupt:
+        print("memstream: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _main(argv: Sequence[str] | None, plugins: Iterable[EntryPoint] | None) -> int:
     parser = build_parser(plugins)
     args = _parse(parser, argv)
     if args.command is None:  # `memstream` alone: what it can do, not only "COMMAND is required"

@@ -101,10 +101,13 @@ def stream_key(text: str) -> str:
 
 
 def user_id(text: str) -> str:
-    """A Discord user id: anything but blank, without surrounding spaces."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("must be a Discord user id such as 123456789012345678")
-    return text.strip()
+    """A Discord user id: its digits (a name is not an id, and would match no one), without surrounding spaces."""
+    digits = text.strip()
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 20):
+        raise argparse.ArgumentTypeError(f"must be a Discord user id, its digits such as 123456789012345678, got "
+                                         f"{text!r} (a name is not an id: Discord shows it with Developer Mode, "
+                                         "right-click > Copy User ID)")
+    return digits
 
 
 def database(value: str) -> Path | str:

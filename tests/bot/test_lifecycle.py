@@ -217,3 +217,24 @@ async def test_closing_stores_what_is_queued_and_reports_the_gateway(
     for message in sent:
         assert await world.memory.store.find_message(world.stream(world.town), str(message["id"])) is not None
     assert not status.read_text().startswith("connected")  # stopped or disconnected: no longer healthy
+
+
+async def test_a_stop_that_cannot_wait_says_what_is_kept_and_what_is_lost(
+        world: World, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from bot import bot as bot_module
+
+    monkeypatch.setattr(bot_module, "CLOSE_DRAIN_SECONDS", 0.5)
+    world.openai.hold = lambda path, body: True  # the model server stopped answering: nothing gets rated
+    sent = [await world.fake.send_message(world.general, world.klaus, f"said before the stop {i}") for i in range(40)]
+
+    async def all_stored() -> bool:
+        found = [await world.memory.store.find_message(world.stream(world.town), str(m["id"])) for m in sent]
+        return all(i is not None for i in found)
+
+    await until(all_stored, "the messages to be stored (pending)")
+    await until(lambda: asyncio.sleep(0, bool(world.openai.held)), "a model call to be in flight")
+    caplog.set_level(logging.WARNING)
+    await world.bot.close()  # what SIGTERM does
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("closing")]
+    assert "not stored" not in line
+    assert "40 stored observation(s) are not rated and embedded yet: they are kept as pending" in line

@@ -137,6 +137,10 @@ async def _observations(persona: str, capsys: pytest.CaptureFixture[str]) -> lis
     ([], "one of the arguments --author --stream is required"),
     (["--author", KLAUS, "--stream", "guild:1"], "not allowed with argument"),
     (["--author", " "], "argument --author: must be a Discord user id"),
+    (["--author", "Maria"], "argument --author: must be a Discord user id, its digits such as 123456789012345678, "
+                            "got 'Maria' (a name is not an id"),
+    (["--author", "-5"], "must be a Discord user id"),
+    (["--author", "١٢٣"], "must be a Discord user id"),  # digits, but not the ones Discord writes
     (["--stream", ""], "argument --stream: must be a non-empty key"),
 ])
 def test_export_needs_exactly_one_of_author_and_stream(capsys: pytest.CaptureFixture[str], argv: list[str],
