@@ -39,13 +39,6 @@ async def _cli(*argv: str) -> int:
     return await asyncio.to_thread(main, list(argv))
 
 
-@pytest.fixture
-async def server() -> FakeOpenAIServer:
-    async with FakeOpenAIServer() as running:
-        running.on_chat(_answer)
-        yield running  # type: ignore[misc]
-
-
 async def test_observe_recall_reflect_why_stats(tmp_path: Path, server: FakeOpenAIServer,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     persona = str(_persona(tmp_path, server.base_url))

@@ -16,17 +16,10 @@ from typing import Any
 import pytest
 
 from tests.fakes.openai_server import FakeOpenAIServer
-from tests.memstream.cli.test_cli import _answer, _cli, _persona
+from tests.memstream.cli.test_cli import _cli, _persona
 
 ROOT = Path(__file__).resolve().parents[3]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
-
-
-@pytest.fixture
-async def server() -> FakeOpenAIServer:
-    async with FakeOpenAIServer() as running:
-        running.on_chat(_answer)
-        yield running  # type: ignore[misc]
 
 
 async def _interrupted(server: FakeOpenAIServer, argv: list[str], hold: Callable[[str, Any], bool]

@@ -14,18 +14,11 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.openai_server import FakeOpenAIServer
-from tests.memstream.cli.test_cli import _answer, _cli, _persona
+from tests.memstream.cli.test_cli import _cli, _persona
 
 ROOT = Path(__file__).resolve().parents[3]
 PIPE_CLOSED = 141
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
-
-
-@pytest.fixture
-async def server() -> FakeOpenAIServer:
-    async with FakeOpenAIServer() as running:
-        running.on_chat(_answer)
-        yield running  # type: ignore[misc]
 
 
 @pytest.fixture

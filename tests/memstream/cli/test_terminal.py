@@ -38,13 +38,6 @@ def _answer(request: ChatRequest) -> str:
     return "7" if "Reply with a single integer" in request.prompt else "Come to my party!"
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[FakeOpenAIServer]:
-    async with FakeOpenAIServer() as running:
-        running.on_chat(_answer)
-        yield running
-
-
 def _controlling_terminal() -> None:  # in the child: a session of its own, the pseudo-terminal its terminal
     os.setsid()
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
