@@ -78,8 +78,12 @@ class StoreInterface(Protocol):
         """One more failed attempt at a pending memory; with `at`, its next attempt waits retry_delay."""
         ...
 
-    async def update_text(self, memory_id: int, text: str, embedding: npt.NDArray[np.float32]) -> None:
-        """Replace a memory's text and embedding (an edited message); the old text is scrubbed later."""
+    async def update_text(self, memory_id: int, text: str, embedding: npt.NDArray[np.float32] | None = None) -> None:
+        """Replace a memory's text (an edited message); the old text is scrubbed later. With `embedding`, the
+        memory keeps its status and takes that embedding; without, it goes back to pending at once (its
+        embedding of the old text dropped, its attempts reset, leaving the index: MemoriesRemoved) for the
+        write path to embed the new text (MemoriesReady when completed again; a ready memory's importance is
+        taken from the stream's total, not to be counted twice when it is completed again)."""
         ...
 
     async def touch(self, ids: Sequence[int], at: float) -> None:

@@ -12,7 +12,7 @@ from psycopg.errors import DeadlockDetected
 from memstream.errors import MemoryNotFound, StoreError
 from memstream.records import Memory
 from memstream.store.chunks import chunks
-from memstream.store.events import MemoryUpdated, ready_event, ready_inserted, touched_rows
+from memstream.store.events import MemoriesRemoved, MemoryUpdated, ready_event, ready_inserted, touched_rows
 from memstream.store.policy import collected_touches, retry_delay_sql
 from memstream.store.postgres.counters import Counters
 from memstream.store.postgres.presence import LIVE_OWNERS
@@ -176,16 +176,32 @@ class Rows(Counters):
             "UPDATE memories SET attempts = attempts + 1, claimed_until = NULL, "
             f"next_attempt_at = %s + {retry_delay_sql('postgres')} WHERE id = %s", (at, memory_id))
 
-    async def update_text(self, memory_id: int, text: str, embedding: npt.NDArray[np.float32]) -> None:
-        """Replace an observation's text and embedding (an edited message)."""
+    async def update_text(self, memory_id: int, text: str, embedding: npt.NDArray[np.float32] | None = None) -> None:
+        """Replace an observation's text (an edited message): with `embedding`, its embedding too; without,
+        the memory goes back to pending, to be embedded again by the write path."""
         async with self.transaction():
             await self._lock(await self._streams_of([memory_id]))
-            await self._check_dimensions([embedding])
-            rows = await self._rows("UPDATE memories SET text = %s, embedding = %s WHERE id = %s "
-                                    "RETURNING stream, status", (text, _vector(embedding), memory_id))
-            await self._bump(row[0] for row in rows)
-            vector = np.asarray(embedding, dtype=np.float32).reshape(-1)
-            self._announce(*(MemoryUpdated(row[0], memory_id, vector, text) for row in rows if row[1] == "ready"))
+            if embedding is None:
+                rows = await self._rows(
+                    "UPDATE memories AS m SET text = %s, embedding = NULL, status = 'pending', attempts = 0, "
+                    "next_attempt_at = NULL, claimed_until = NULL FROM (SELECT id, status, importance FROM memories "
+                    "WHERE id = %s) AS old WHERE m.id = old.id RETURNING m.stream, old.status, old.importance",
+                    (text, memory_id))
+                await self._bump(row[0] for row in rows)
+                for stream, status, importance in rows:
+                    if status == "ready":
+                        await self._execute(
+                            "UPDATE stream_state SET importance_since_reflection = "
+                            "GREATEST(0, importance_since_reflection - %s) WHERE stream = %s",
+                            (importance or 0, stream))
+                        self._announce(MemoriesRemoved((memory_id,)))
+            else:
+                await self._check_dimensions([embedding])
+                rows = await self._rows("UPDATE memories SET text = %s, embedding = %s WHERE id = %s "
+                                        "RETURNING stream, status", (text, _vector(embedding), memory_id))
+                await self._bump(row[0] for row in rows)
+                vector = np.asarray(embedding, dtype=np.float32).reshape(-1)
+                self._announce(*(MemoryUpdated(row[0], memory_id, vector, text) for row in rows if row[1] == "ready"))
             if rows:
                 self._to_vacuum.add("memories")  # the text before the edit is a dead row until VACUUM
 

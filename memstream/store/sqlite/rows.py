@@ -11,7 +11,7 @@ import numpy.typing as npt
 from memstream.errors import MemoryNotFound
 from memstream.records import Memory
 from memstream.store.chunks import CHUNK, chunks
-from memstream.store.events import MemoryUpdated, ready_event, ready_inserted, touched_rows
+from memstream.store.events import MemoriesRemoved, MemoryUpdated, ready_event, ready_inserted, touched_rows
 from memstream.store.policy import bounded_usage, collected_touches, retry_delay_sql
 from memstream.store.records import NewMemory, UsageRow
 from memstream.store.rowmap import MEMORY_COLUMNS, memory_from_row
@@ -181,17 +181,29 @@ class Rows(Counters):
             "WHERE id = ?", (at, memory_id),
         )
 
-    async def update_text(self, memory_id: int, text: str, embedding: npt.NDArray[np.float32]) -> None:
-        """Replace an observation's text and embedding (an edited message)."""
+    async def update_text(self, memory_id: int, text: str, embedding: npt.NDArray[np.float32] | None = None) -> None:
+        """Replace an observation's text (an edited message): with `embedding`, its embedding too; without,
+        the memory goes back to pending, to be embedded again by the write path."""
         async with self.transaction():
-            await self._check_dimensions([embedding])
-            async with self.conn.execute("SELECT text, stream, status FROM memories WHERE id = ?",
+            if embedding is not None:
+                await self._check_dimensions([embedding])
+            async with self.conn.execute("SELECT text, stream, status, importance FROM memories WHERE id = ?",
                                          (memory_id,)) as cur:
                 found = list(await cur.fetchall())
             self._residue += [row[0] for row in found]
+            if embedding is None:
+                await self.conn.execute("UPDATE memories SET text = ?, embedding = NULL, status = 'pending', "
+                                        "attempts = 0, next_attempt_at = NULL WHERE id = ?", (text, memory_id))
+                for _, stream, status, importance in found:
+                    if status == "ready":
+                        await self.conn.execute(
+                            "UPDATE stream_state SET importance_since_reflection = "
+                            "MAX(0, importance_since_reflection - ?) WHERE stream = ?", (importance or 0, stream))
+                        self._announce(MemoriesRemoved((memory_id,)))
+                return
             await self.conn.execute("UPDATE memories SET text = ?, embedding = ? WHERE id = ?",
                                     (text, to_blob(embedding), memory_id))
-            for _, stream, status in found:
+            for _, stream, status, _ in found:
                 if status == "ready":
                     vector = np.asarray(embedding, dtype=np.float32).reshape(-1)
                     self._announce(MemoryUpdated(stream, memory_id, vector, text))
