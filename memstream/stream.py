@@ -142,7 +142,8 @@ class MemoryStream:
         ProviderError is raised; `complete_pending` finishes it later."""
         [memory], errors = await self._observe([Observation(text, stream, at, importance, source or Source())])
         if memory.status == "pending" and errors:
-            raise type(errors[0])(f"{errors[0]} (memory #{memory.id} is kept and will be completed later)",
+            again = "" if memory.source.message_id else "; observing the same text again completes it"
+            raise type(errors[0])(f"{errors[0]} (memory #{memory.id} is kept and will be completed later{again})",
                                   retryable=errors[0].retryable) from errors[0]
         return memory
 

@@ -135,6 +135,11 @@ class StoreInterface(Protocol):
         """The memories made from these (stream, message id) pairs, where stored."""
         ...
 
+    async def find_pending(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """The pending observations made from no Discord message with these (stream, text) pairs (the oldest
+        of each pair): an observation retried after its models failed is that memory, not a second one."""
+        ...
+
     async def by_message(self, message_ids: Sequence[str]) -> list[int]:
         """Ids of the memories made from these Discord messages, in any stream."""
         ...

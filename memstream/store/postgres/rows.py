@@ -249,6 +249,17 @@ class Rows(Counters):
                 found.update(((stream, row[0]), int(row[1])) for row in rows)
         return found
 
+    async def find_pending(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """The oldest pending observation of no Discord message for each (stream, text) pair, where stored."""
+        found: dict[tuple[str, str], int] = {}
+        for stream, text in sorted(set(keys)):
+            row = await self._row(
+                "SELECT MIN(id) FROM memories WHERE stream = %s AND status = 'pending' AND kind = 'observation' "
+                "AND (message_id IS NULL OR message_id = '') AND text = %s", (stream, text))
+            if row is not None and row[0] is not None:
+                found[(stream, text)] = int(row[0])
+        return found
+
     async def find_message(self, stream: str, message_id: str) -> int | None:
         """The memory made from a Discord message, if any."""
         row = await self._row("SELECT id FROM memories WHERE stream = %s AND message_id = %s", (stream, message_id))

@@ -148,6 +148,19 @@ class Rows(Counters):
                     found.update(((stream, row[0]), int(row[1])) for row in await cur.fetchall())
         return found
 
+    async def find_pending(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """The oldest pending observation of no Discord message for each (stream, text) pair, where stored."""
+        found: dict[tuple[str, str], int] = {}
+        for stream, text in sorted(set(keys)):
+            async with self.conn.execute(
+                "SELECT MIN(id) FROM memories WHERE stream = ? AND status = 'pending' AND kind = 'observation' "
+                "AND (message_id IS NULL OR message_id = '') AND text = ?", (stream, text)
+            ) as cur:
+                row = await cur.fetchone()
+            if row is not None and row[0] is not None:
+                found[(stream, text)] = int(row[0])
+        return found
+
     async def find_message(self, stream: str, message_id: str) -> int | None:
         """The memory made from a Discord message, if any."""
         async with self.conn.execute(
