@@ -68,10 +68,12 @@ class StoreInterface(Protocol):
         ...
 
     async def complete_many(self, stream: str, items: Sequence[tuple[int, int, str, npt.NDArray[np.float32]]],
-                            usage: Sequence[UsageRow] = ()) -> list[int]:
+                            usage: Sequence[UsageRow] = (), *, texts: Sequence[str] | None = None) -> list[int]:
         """Make pending memories of one stream ready, add their importance to the stream's total and record
         `usage`, in one transaction. Returns the ids completed here: a memory deleted meanwhile, or completed
-        by another process, is left out (its importance is never counted twice)."""
+        by another process, is left out (its importance is never counted twice). With `texts` (the text each
+        item's embedding was made from), a memory whose text changed meanwhile (an edited message) is left
+        out too: it stays pending, to be embedded again from its new text."""
         ...
 
     async def count_attempt(self, memory_id: int, *, at: float | None = None) -> None:

@@ -7,10 +7,11 @@ import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from memstream import MemoryStream, ModelConfig, Observation, PersonaConfig, Source, StreamConfig
-from memstream.store import retry_delay
+from memstream.store import NewMemory, Store, retry_delay
 from memstream.testing import FakeClock
 from tests.fakes.openai_server import ChatRequest, FakeOpenAIServer
 from tests.memstream.helpers import run_sql
@@ -81,3 +82,17 @@ async def test_an_edit_with_the_models_up_is_ready_at_once(memory: MemoryStream,
     if isinstance(database, Path):
         assert leftovers(database, PHONE) == []
     assert await memory.edit_message(STREAM, "m9", "never stored") is None
+
+
+async def test_a_completion_of_the_text_before_an_edit_leaves_the_memory_pending(store: Store) -> None:
+    """The write path embedded the old text while the message was edited: that embedding is not taken."""
+    [memory_id] = await store.insert([NewMemory(stream=STREAM, kind="observation", text=f"Klaus: {PHONE}",
+                                                created_at=1.0, source=Source(message_id="m1"))])
+    await store.update_text(memory_id, "Klaus: (removed)")
+    vector = np.ones(64, np.float32)
+    assert await store.complete_many(STREAM, [(memory_id, 5, "rater", vector)], texts=[f"Klaus: {PHONE}"]) == []
+    assert (await store.get(memory_id)).status == "pending"
+    assert await store.complete_many(STREAM, [(memory_id, 5, "rater", vector)], texts=["Klaus: (removed)"]) == [
+        memory_id]
+    done = await store.get(memory_id)
+    assert (done.status, done.text, done.importance) == ("ready", "Klaus: (removed)", 5)

@@ -37,7 +37,7 @@ _FREE = (f"(claimed_until IS NULL OR claimed_until <= {_NOW} OR (claimed_by IS N
          f"(SELECT owner FROM live)))")
 _COMPLETE = ("UPDATE memories SET importance = %s, importance_source = %s, embedding = %s, status = 'ready', "
              "claimed_until = NULL WHERE id = %s AND status = 'pending' AND stream = %s "
-             "RETURNING id, importance, text, last_accessed_at, created_at")
+             "AND (%s::text IS NULL OR text = %s) RETURNING id, importance, text, last_accessed_at, created_at")
 
 
 def _ready(m: NewMemory) -> bool:
@@ -124,7 +124,7 @@ class Rows(Counters):
         return await self.presence.owner() if not all(_ready(m) for m in memories) else None
 
     async def complete_many(self, stream: str, items: Sequence[tuple[int, int, str, npt.NDArray[np.float32]]],
-                            usage: Sequence[UsageRow] = ()) -> list[int]:
+                            usage: Sequence[UsageRow] = (), *, texts: Sequence[str] | None = None) -> list[int]:
         """Make pending memories of one stream ready, add their importance to the stream's total and record
         model usage, in one transaction; returns the ids completed here (a memory deleted meanwhile, or
         completed by another process first, is left out: the update waits for the other's row lock, then
@@ -135,8 +135,12 @@ class Rows(Counters):
         async with self.transaction():
             await self._lock([stream])
             await self._check_dimensions(vector for *_, vector in items)
-            results = await self._many_returning(_COMPLETE, [(importance, source, _vector(vector), memory_id, stream)
-                                                             for memory_id, importance, source, vector in items])
+            # With texts, a memory edited meanwhile is left pending: its embedding is of the text before the edit.
+            wanted = [None] * len(items) if texts is None else list(texts)
+            results = await self._many_returning(_COMPLETE, [(importance, source, _vector(vector), memory_id, stream,
+                                                              text, text)
+                                                             for (memory_id, importance, source, vector), text
+                                                             in zip(items, wanted, strict=True)])
             completed = {int(row[0]): row for rows in results for row in rows}
             if completed:
                 await self.add_importance(stream, sum(int(row[1]) for row in completed.values()))

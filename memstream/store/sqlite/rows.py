@@ -98,7 +98,7 @@ class Rows(Counters):
                     for m in memories]
 
     async def complete_many(self, stream: str, items: Sequence[tuple[int, int, str, npt.NDArray[np.float32]]],
-                            usage: Sequence[UsageRow] = ()) -> list[int]:
+                            usage: Sequence[UsageRow] = (), *, texts: Sequence[str] | None = None) -> list[int]:
         """Make pending memories of one stream ready, add their importance to the stream's total and record
         model usage, in one transaction; returns the ids completed (not those deleted meanwhile).
 
@@ -116,6 +116,9 @@ class Rows(Counters):
             ) as cur:
                 rows = {int(row[0]): (row[1], (row[2], row[3])) for row in await cur.fetchall()}
             completed = set(rows)  # not deleted meanwhile
+            if texts is not None:  # nor edited meanwhile: its embedding is of the text before the edit
+                completed &= {item[0] for item, text in zip(items, texts, strict=True)
+                              if item[0] in rows and rows[item[0]][0] == text}
             await self.conn.executemany(
                 "UPDATE memories SET importance = ?, importance_source = ?, embedding = ?, status = 'ready' "
                 "WHERE id = ? AND status = 'pending'",
