@@ -93,7 +93,14 @@ class Ingest:
         slots: list[int] = []
         first: dict[tuple[str, str], int] = {}  # a message repeated within this batch is stored once
         twins: list[tuple[int, int]] = []
+        # Without a message id, an observation whose stream and text a pending one has (a run whose models
+        # failed, retried) is that memory: completed, not stored twice. Once ready, the same text is a new one.
+        retried = await self.store.find_pending([(o.stream, o.text) for o in items if not o.source.message_id])
         for item in items:
+            again = None if item.source.message_id else retried.pop((item.stream, item.text), None)
+            if again is not None:
+                out.append((again, True))
+                continue
             if item.source.message_id:
                 key = (item.stream, item.source.message_id)
                 if key in first:
@@ -178,7 +185,8 @@ class Ingest:
     async def _store_batch(self, stream: str, ready: list[tuple[Memory, Rating, npt.NDArray[np.float32]]]) -> None:
         usage = self.models.take_usage()
         try:  # the index hears of the memories completed from the store (MemoriesReady)
-            await self.store.complete_many(stream, [(m.id, r.importance, r.source, v) for m, r, v in ready], usage)
+            await self.store.complete_many(stream, [(m.id, r.importance, r.source, v) for m, r, v in ready], usage,
+                                           texts=[m.text for m, _, _ in ready])  # an edit meanwhile: left pending
         except BaseException:
             self.models.restore_usage(usage)
             raise

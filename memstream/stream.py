@@ -142,7 +142,8 @@ class MemoryStream:
         ProviderError is raised; `complete_pending` finishes it later."""
         [memory], errors = await self._observe([Observation(text, stream, at, importance, source or Source())])
         if memory.status == "pending" and errors:
-            raise type(errors[0])(f"{errors[0]} (memory #{memory.id} is kept and will be completed later)",
+            again = "" if memory.source.message_id else "; observing the same text again completes it"
+            raise type(errors[0])(f"{errors[0]} (memory #{memory.id} is kept and will be completed later{again})",
                                   retryable=errors[0].retryable) from errors[0]
         return memory
 
@@ -368,16 +369,23 @@ class MemoryStream:
         return removed
 
     async def edit_message(self, stream: str, message_id: str, text: str) -> Memory | None:
-        """Replace the text (and embedding) of the observation made from an edited message. The old text
-        is kept nowhere: insights and replies drawn from it, and the traces quoting it, are forgotten."""
-        memory_id = await self.store.find_message(stream, message_id)
-        keep = [] if memory_id is None else [memory_id]
-        await self.store.delete(keep, messages=[message_id], keep=keep)
-        if memory_id is not None:
-            vector = (await self.models.embed([text], stream=stream))[0]
-            await self.store.update_text(memory_id, text, vector)
+        """Replace the text of the observation made from an edited message. The old text is kept nowhere: one
+        transaction forgets the insights and replies drawn from it (and the traces quoting it) and gives the
+        memory its new text, pending again (out of retrieval until embedded), so the edit is never lost; the
+        old text is then scrubbed from the files, and the new one embedded now if the models answer, else by
+        the retries of pending memories (`complete_pending`). The memory as it is afterwards (pending if
+        the models failed), None if no memory was made from the message."""
+        async with self.store.transaction():
+            memory_id = await self.store.find_message(stream, message_id)
+            keep = [] if memory_id is None else [memory_id]
+            await self.store.delete(keep, messages=[message_id], keep=keep)
+            if memory_id is not None:
+                await self.store.update_text(memory_id, text)
         self.scrubbed = await self.store.scrub()  # the text before the edit is gone from the file too
-        return None if memory_id is None else await self.store.get(memory_id)
+        if memory_id is None:
+            return None
+        await self.complete([memory_id])  # a model failure is counted as an attempt and retried with backoff
+        return (await self.store.get_many([memory_id])).get(memory_id)
 
     async def link_reply(self, reply: Reply, message_ids: Sequence[str]) -> None:
         """Remember which Discord messages carried a reply, so each can be explained later."""

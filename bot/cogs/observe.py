@@ -274,9 +274,13 @@ class ObserveCog(commands.Cog):
             await self._forget([key])
             return
         try:
-            await self.bot.memory.edit_message(message_stream(message), key, text)
-        except MemstreamError as exc:
-            log.warning("could not update the memory of edited message %s: %s", key, exc)
+            memory = await self.bot.memory.edit_message(message_stream(message), key, text)
+        except MemstreamError as exc:  # the store refused the edit: nothing of it was written
+            log.warning("could not store the edit of message %s (its memory keeps the text before): %s", key, exc)
+            return
+        if memory is not None and memory.status == "pending":
+            log.info("the edit of message %s is stored, its old text gone; the memory waits for the models "
+                     "(retried with backoff) before it is recalled again", key)
 
     @commands.Cog.listener()
     async def on_guild_remove(self, guild: discord.Guild) -> None:

@@ -68,18 +68,24 @@ class StoreInterface(Protocol):
         ...
 
     async def complete_many(self, stream: str, items: Sequence[tuple[int, int, str, npt.NDArray[np.float32]]],
-                            usage: Sequence[UsageRow] = ()) -> list[int]:
+                            usage: Sequence[UsageRow] = (), *, texts: Sequence[str] | None = None) -> list[int]:
         """Make pending memories of one stream ready, add their importance to the stream's total and record
         `usage`, in one transaction. Returns the ids completed here: a memory deleted meanwhile, or completed
-        by another process, is left out (its importance is never counted twice)."""
+        by another process, is left out (its importance is never counted twice). With `texts` (the text each
+        item's embedding was made from), a memory whose text changed meanwhile (an edited message) is left
+        out too: it stays pending, to be embedded again from its new text."""
         ...
 
     async def count_attempt(self, memory_id: int, *, at: float | None = None) -> None:
         """One more failed attempt at a pending memory; with `at`, its next attempt waits retry_delay."""
         ...
 
-    async def update_text(self, memory_id: int, text: str, embedding: npt.NDArray[np.float32]) -> None:
-        """Replace a memory's text and embedding (an edited message); the old text is scrubbed later."""
+    async def update_text(self, memory_id: int, text: str, embedding: npt.NDArray[np.float32] | None = None) -> None:
+        """Replace a memory's text (an edited message); the old text is scrubbed later. With `embedding`, the
+        memory keeps its status and takes that embedding; without, it goes back to pending at once (its
+        embedding of the old text dropped, its attempts reset, leaving the index: MemoriesRemoved) for the
+        write path to embed the new text (MemoriesReady when completed again; a ready memory's importance is
+        taken from the stream's total, not to be counted twice when it is completed again)."""
         ...
 
     async def touch(self, ids: Sequence[int], at: float) -> None:
@@ -129,6 +135,11 @@ class StoreInterface(Protocol):
 
     async def find_messages(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
         """The memories made from these (stream, message id) pairs, where stored."""
+        ...
+
+    async def find_pending(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """The pending observations made from no Discord message with these (stream, text) pairs (the oldest
+        of each pair): an observation retried after its models failed is that memory, not a second one."""
         ...
 
     async def by_message(self, message_ids: Sequence[str]) -> list[int]:

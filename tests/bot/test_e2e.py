@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
+import pytest
+
+from memstream.store import retry_delay
 from tests.bot.conftest import INSIGHTS, QUESTIONS, World, until
 
 
@@ -122,6 +126,31 @@ async def test_deleted_and_edited_messages_are_followed(world: World) -> None:
     await until(edited, "the edit")
     texts = [m.text for m in await world.memory.recent(stream, 50)]
     assert texts == ["Maria in #general: I like coffee now"]
+
+
+async def test_an_edit_while_the_embedding_server_fails_is_kept_and_completed_later(
+        world: World, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    stream = world.stream(world.town)
+    said = await world.say(world.town, world.general, world.klaus, "call me at 555-0199")
+    memory_id = await world.stored(world.town, said)
+    world.openai.fail_next("500", path="embeddings")
+    await world.fake.edit_message(world.general, int(str(said["id"])), "call me (number removed)")
+
+    async def edited() -> bool:
+        return "removed" in (await world.memory.get(memory_id)).text
+
+    await until(edited, "the edit")
+    assert "555-0199" not in " ".join(m.text for m in await world.memory.store.recent(stream, 10,
+                                                                                       include_pending=True))
+    await until(lambda: _value([r.getMessage() for r in caplog.records if
+                                "is stored, its old text gone" in r.getMessage()]), "the log of the edit")
+    assert not [r for r in caplog.records if "could not" in r.getMessage()]
+    assert (await world.memory.get(memory_id)).status == "pending"
+    world.clock.advance(seconds=retry_delay(1))
+    await world.memory.complete_pending(due_only=True)  # as the bot's scheduler does (or did just now)
+    done = await world.memory.get(memory_id)
+    assert (done.status, done.text) == ("ready", "Klaus in #general: call me (number removed)")
 
 
 async def test_leaving_a_server_purges_its_stream(world: World) -> None:

@@ -172,3 +172,26 @@ async def test_the_store_s_sql_follows_the_one_retry_formula(store: Store) -> No
         await store.count_attempt(memory_id, at=1000.0)
         due = (await store.pending_state(STREAM)).next_retry_at
         assert due is not None and due.timestamp() == 1000.0 + retry_delay(failures), failures
+
+
+async def test_an_observation_retried_after_a_model_failure_is_the_same_memory(
+        make_memory: MakeMemory, chat: ScriptedChat, clock: FakeClock) -> None:
+    memory = make_memory()
+    chat.fail_with = CompletionError("HTTP 500", retryable=True)
+    with pytest.raises(CompletionError, match="observing the same text again completes it"):
+        await memory.observe("Klaus plans the party", stream=STREAM)
+    [pending] = await memory.store.recent(STREAM, 10, include_pending=True)
+    chat.fail_with = None  # the rater is back: the operator runs the same command again
+    clock.advance(minutes=5)
+    again = await memory.observe("Klaus plans the party", stream=STREAM)
+    assert (again.id, again.status, again.created_at) == (pending.id, "ready", pending.created_at)
+    assert await memory.complete_pending() == 0  # nothing left to complete (an import's last step)
+    assert [m.id for m in await memory.store.recent(STREAM, 10, include_pending=True)] == [pending.id]
+    # Once ready, the same text is a new memory; a Discord message is still keyed by its id alone.
+    assert (await memory.observe("Klaus plans the party", stream=STREAM)).id != pending.id
+    chat.fail_with = CompletionError("HTTP 500", retryable=True)
+    [first] = await memory.observe_many([Observation("hi", STREAM, source=Source(message_id="d1"))])
+    [second] = await memory.observe_many([Observation("hi", STREAM, source=Source(message_id="d2"))])
+    assert first.id != second.id and {first.status, second.status} == {"pending"}
+    assert await memory.observe_many([Observation("hi", "guild:2")]) != []  # another stream: its own memory
+    assert len(await memory.store.recent(STREAM, 10, include_pending=True)) == 4

@@ -12,7 +12,7 @@ from psycopg.errors import DeadlockDetected
 from memstream.errors import MemoryNotFound, StoreError
 from memstream.records import Memory
 from memstream.store.chunks import chunks
-from memstream.store.events import MemoryUpdated, ready_event, ready_inserted, touched_rows
+from memstream.store.events import MemoriesRemoved, MemoryUpdated, ready_event, ready_inserted, touched_rows
 from memstream.store.policy import collected_touches, retry_delay_sql
 from memstream.store.postgres.counters import Counters
 from memstream.store.postgres.presence import LIVE_OWNERS
@@ -37,7 +37,7 @@ _FREE = (f"(claimed_until IS NULL OR claimed_until <= {_NOW} OR (claimed_by IS N
          f"(SELECT owner FROM live)))")
 _COMPLETE = ("UPDATE memories SET importance = %s, importance_source = %s, embedding = %s, status = 'ready', "
              "claimed_until = NULL WHERE id = %s AND status = 'pending' AND stream = %s "
-             "RETURNING id, importance, text, last_accessed_at, created_at")
+             "AND (%s::text IS NULL OR text = %s) RETURNING id, importance, text, last_accessed_at, created_at")
 
 
 def _ready(m: NewMemory) -> bool:
@@ -124,7 +124,7 @@ class Rows(Counters):
         return await self.presence.owner() if not all(_ready(m) for m in memories) else None
 
     async def complete_many(self, stream: str, items: Sequence[tuple[int, int, str, npt.NDArray[np.float32]]],
-                            usage: Sequence[UsageRow] = ()) -> list[int]:
+                            usage: Sequence[UsageRow] = (), *, texts: Sequence[str] | None = None) -> list[int]:
         """Make pending memories of one stream ready, add their importance to the stream's total and record
         model usage, in one transaction; returns the ids completed here (a memory deleted meanwhile, or
         completed by another process first, is left out: the update waits for the other's row lock, then
@@ -135,8 +135,12 @@ class Rows(Counters):
         async with self.transaction():
             await self._lock([stream])
             await self._check_dimensions(vector for *_, vector in items)
-            results = await self._many_returning(_COMPLETE, [(importance, source, _vector(vector), memory_id, stream)
-                                                             for memory_id, importance, source, vector in items])
+            # With texts, a memory edited meanwhile is left pending: its embedding is of the text before the edit.
+            wanted = [None] * len(items) if texts is None else list(texts)
+            results = await self._many_returning(_COMPLETE, [(importance, source, _vector(vector), memory_id, stream,
+                                                              text, text)
+                                                             for (memory_id, importance, source, vector), text
+                                                             in zip(items, wanted, strict=True)])
             completed = {int(row[0]): row for rows in results for row in rows}
             if completed:
                 await self.add_importance(stream, sum(int(row[1]) for row in completed.values()))
@@ -176,16 +180,32 @@ class Rows(Counters):
             "UPDATE memories SET attempts = attempts + 1, claimed_until = NULL, "
             f"next_attempt_at = %s + {retry_delay_sql('postgres')} WHERE id = %s", (at, memory_id))
 
-    async def update_text(self, memory_id: int, text: str, embedding: npt.NDArray[np.float32]) -> None:
-        """Replace an observation's text and embedding (an edited message)."""
+    async def update_text(self, memory_id: int, text: str, embedding: npt.NDArray[np.float32] | None = None) -> None:
+        """Replace an observation's text (an edited message): with `embedding`, its embedding too; without,
+        the memory goes back to pending, to be embedded again by the write path."""
         async with self.transaction():
             await self._lock(await self._streams_of([memory_id]))
-            await self._check_dimensions([embedding])
-            rows = await self._rows("UPDATE memories SET text = %s, embedding = %s WHERE id = %s "
-                                    "RETURNING stream, status", (text, _vector(embedding), memory_id))
-            await self._bump(row[0] for row in rows)
-            vector = np.asarray(embedding, dtype=np.float32).reshape(-1)
-            self._announce(*(MemoryUpdated(row[0], memory_id, vector, text) for row in rows if row[1] == "ready"))
+            if embedding is None:
+                rows = await self._rows(
+                    "UPDATE memories AS m SET text = %s, embedding = NULL, status = 'pending', attempts = 0, "
+                    "next_attempt_at = NULL, claimed_until = NULL FROM (SELECT id, status, importance FROM memories "
+                    "WHERE id = %s) AS old WHERE m.id = old.id RETURNING m.stream, old.status, old.importance",
+                    (text, memory_id))
+                await self._bump(row[0] for row in rows)
+                for stream, status, importance in rows:
+                    if status == "ready":
+                        await self._execute(
+                            "UPDATE stream_state SET importance_since_reflection = "
+                            "GREATEST(0, importance_since_reflection - %s) WHERE stream = %s",
+                            (importance or 0, stream))
+                        self._announce(MemoriesRemoved((memory_id,)))
+            else:
+                await self._check_dimensions([embedding])
+                rows = await self._rows("UPDATE memories SET text = %s, embedding = %s WHERE id = %s "
+                                        "RETURNING stream, status", (text, _vector(embedding), memory_id))
+                await self._bump(row[0] for row in rows)
+                vector = np.asarray(embedding, dtype=np.float32).reshape(-1)
+                self._announce(*(MemoryUpdated(row[0], memory_id, vector, text) for row in rows if row[1] == "ready"))
             if rows:
                 self._to_vacuum.add("memories")  # the text before the edit is a dead row until VACUUM
 
@@ -231,6 +251,17 @@ class Rows(Counters):
                 rows = await self._rows("SELECT message_id, id FROM memories WHERE stream = %s AND "
                                         "message_id = ANY(%s)", (stream, chunk))
                 found.update(((stream, row[0]), int(row[1])) for row in rows)
+        return found
+
+    async def find_pending(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """The oldest pending observation of no Discord message for each (stream, text) pair, where stored."""
+        found: dict[tuple[str, str], int] = {}
+        for stream, text in sorted(set(keys)):
+            row = await self._row(
+                "SELECT MIN(id) FROM memories WHERE stream = %s AND status = 'pending' AND kind = 'observation' "
+                "AND (message_id IS NULL OR message_id = '') AND text = %s", (stream, text))
+            if row is not None and row[0] is not None:
+                found[(stream, text)] = int(row[0])
         return found
 
     async def find_message(self, stream: str, message_id: str) -> int | None:

@@ -11,7 +11,7 @@ import numpy.typing as npt
 from memstream.errors import MemoryNotFound
 from memstream.records import Memory
 from memstream.store.chunks import CHUNK, chunks
-from memstream.store.events import MemoryUpdated, ready_event, ready_inserted, touched_rows
+from memstream.store.events import MemoriesRemoved, MemoryUpdated, ready_event, ready_inserted, touched_rows
 from memstream.store.policy import bounded_usage, collected_touches, retry_delay_sql
 from memstream.store.records import NewMemory, UsageRow
 from memstream.store.rowmap import MEMORY_COLUMNS, memory_from_row
@@ -98,7 +98,7 @@ class Rows(Counters):
                     for m in memories]
 
     async def complete_many(self, stream: str, items: Sequence[tuple[int, int, str, npt.NDArray[np.float32]]],
-                            usage: Sequence[UsageRow] = ()) -> list[int]:
+                            usage: Sequence[UsageRow] = (), *, texts: Sequence[str] | None = None) -> list[int]:
         """Make pending memories of one stream ready, add their importance to the stream's total and record
         model usage, in one transaction; returns the ids completed (not those deleted meanwhile).
 
@@ -116,6 +116,9 @@ class Rows(Counters):
             ) as cur:
                 rows = {int(row[0]): (row[1], (row[2], row[3])) for row in await cur.fetchall()}
             completed = set(rows)  # not deleted meanwhile
+            if texts is not None:  # nor edited meanwhile: its embedding is of the text before the edit
+                completed &= {item[0] for item, text in zip(items, texts, strict=True)
+                              if item[0] in rows and rows[item[0]][0] == text}
             await self.conn.executemany(
                 "UPDATE memories SET importance = ?, importance_source = ?, embedding = ?, status = 'ready' "
                 "WHERE id = ? AND status = 'pending'",
@@ -146,6 +149,19 @@ class Rows(Counters):
                     f"({','.join('?' * len(chunk))})", (stream, *chunk)
                 ) as cur:
                     found.update(((stream, row[0]), int(row[1])) for row in await cur.fetchall())
+        return found
+
+    async def find_pending(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """The oldest pending observation of no Discord message for each (stream, text) pair, where stored."""
+        found: dict[tuple[str, str], int] = {}
+        for stream, text in sorted(set(keys)):
+            async with self.conn.execute(
+                "SELECT MIN(id) FROM memories WHERE stream = ? AND status = 'pending' AND kind = 'observation' "
+                "AND (message_id IS NULL OR message_id = '') AND text = ?", (stream, text)
+            ) as cur:
+                row = await cur.fetchone()
+            if row is not None and row[0] is not None:
+                found[(stream, text)] = int(row[0])
         return found
 
     async def find_message(self, stream: str, message_id: str) -> int | None:
@@ -181,17 +197,29 @@ class Rows(Counters):
             "WHERE id = ?", (at, memory_id),
         )
 
-    async def update_text(self, memory_id: int, text: str, embedding: npt.NDArray[np.float32]) -> None:
-        """Replace an observation's text and embedding (an edited message)."""
+    async def update_text(self, memory_id: int, text: str, embedding: npt.NDArray[np.float32] | None = None) -> None:
+        """Replace an observation's text (an edited message): with `embedding`, its embedding too; without,
+        the memory goes back to pending, to be embedded again by the write path."""
         async with self.transaction():
-            await self._check_dimensions([embedding])
-            async with self.conn.execute("SELECT text, stream, status FROM memories WHERE id = ?",
+            if embedding is not None:
+                await self._check_dimensions([embedding])
+            async with self.conn.execute("SELECT text, stream, status, importance FROM memories WHERE id = ?",
                                          (memory_id,)) as cur:
                 found = list(await cur.fetchall())
             self._residue += [row[0] for row in found]
+            if embedding is None:
+                await self.conn.execute("UPDATE memories SET text = ?, embedding = NULL, status = 'pending', "
+                                        "attempts = 0, next_attempt_at = NULL WHERE id = ?", (text, memory_id))
+                for _, stream, status, importance in found:
+                    if status == "ready":
+                        await self.conn.execute(
+                            "UPDATE stream_state SET importance_since_reflection = "
+                            "MAX(0, importance_since_reflection - ?) WHERE stream = ?", (importance or 0, stream))
+                        self._announce(MemoriesRemoved((memory_id,)))
+                return
             await self.conn.execute("UPDATE memories SET text = ?, embedding = ? WHERE id = ?",
                                     (text, to_blob(embedding), memory_id))
-            for _, stream, status in found:
+            for _, stream, status, _ in found:
                 if status == "ready":
                     vector = np.asarray(embedding, dtype=np.float32).reshape(-1)
                     self._announce(MemoryUpdated(stream, memory_id, vector, text))

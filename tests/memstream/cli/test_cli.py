@@ -280,6 +280,23 @@ async def test_observe_refuses_empty_text(tmp_path: Path, server: FakeOpenAIServ
     assert json.loads(capsys.readouterr().out)["observations"] == 0
 
 
+async def test_observe_run_again_after_a_rater_outage_then_an_import_stores_the_text_once(
+        tmp_path: Path, server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]) -> None:
+    persona = str(_persona(tmp_path, server.base_url))
+    server.fail_next("500", path="chat")
+    assert await _cli("observe", "Klaus plans the party", "--persona", persona) == 1
+    assert "observing the same text again completes it" in capsys.readouterr().err
+    assert await _cli("observe", "Klaus plans the party", "--persona", persona, "--json") == 0
+    assert json.loads(capsys.readouterr().out)["id"] == 1
+    history = tmp_path / "h.jsonl"
+    history.write_text(json.dumps({"text": "Maria likes tea", "at": "2023-01-01T00:00:00Z"}) + "\n")
+    assert await _cli("import", str(history), "--persona", persona) == 0
+    capsys.readouterr()
+    assert await _cli("memories", "--persona", persona, "--json") == 0
+    texts = sorted(m["text"] for m in json.loads(capsys.readouterr().out))
+    assert texts == ["Klaus plans the party", "Maria likes tea"]
+
+
 def test_the_histogram_is_drawn_as_bars() -> None:
     from memstream.render import histogram_lines
 
