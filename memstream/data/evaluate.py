@@ -21,12 +21,12 @@ import numpy.typing as npt
 
 from memstream.clock import FixedClock
 from memstream.config import StreamConfig
-from memstream.models.embed import Embedder
-from memstream.errors import ConfigError
 from memstream.data.history import parse_time
+from memstream.errors import ConfigError
+from memstream.index.profiles import configured
+from memstream.models.embed import Embedder
 from memstream.models.llm import ChatModel, Completion
 from memstream.models.roles import RoleModel
-from memstream.index.profiles import configured
 from memstream.records import Source
 from memstream.store import Store, sqlite_module
 from memstream.stream import MemoryStream, Observation

@@ -16,13 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from memstream.config import StreamConfig
+from memstream.config import StreamConfig, show_database
 from memstream.errors import ConfigError, StoreError
 from memstream.index.ranking import rank
-from memstream.config import show_database
+from memstream.index.vectors import StreamVectors
 from memstream.store import Store, is_database_url
 from memstream.store.tables import TABLES, Table
-from memstream.index.vectors import StreamVectors
 
 __all__ = ["BATCH_ROWS", "CopyReport", "copy_store", "describe"]
 

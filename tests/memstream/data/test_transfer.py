@@ -10,13 +10,12 @@ import numpy as np
 import pytest
 
 from memstream import MemoryStream, Observation, RoleModel, Source, StreamConfig
-
 from memstream.cli import main
+from memstream.data.transfer import copy_store
 from memstream.errors import ConfigError
 from memstream.store import NewMemory, Store
 from memstream.store.tables import TABLES, Table
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
-from memstream.data.transfer import copy_store
 from tests.memstream.helpers import AGENT, INSIGHTS, QUESTIONS
 
 
