@@ -193,14 +193,14 @@ def check_model(state: DatabaseState, configured: str) -> Check:
     """The model recorded as the maker of the database's embeddings against the persona's embedding model."""
     if state.model is None:
         if state.dimensions is None:
-            return Check.ok("embedding model", f"no embeddings stored yet: the first records {configured}")
-        return Check.warn("embedding model", "the database does not record which model made its embeddings (an "
+            return Check.ok("embedded by", f"no embeddings stored yet: the first records {configured}")
+        return Check.warn("embedded by", "the database does not record which model made its embeddings (an "
                                              f"older memstream): {configured} is recorded at the next write",
                           "if another model made them: memstream reembed --stream all")
     if state.model != configured:
-        return Check.fail("embedding model", f"the database's embeddings were made by {state.model}, but the "
+        return Check.fail("embedded by", f"the database's embeddings were made by {state.model}, but the "
                                              f"persona's embedding model is {configured}: memories cannot be "
                                              "stored or recalled (two models' vectors do not mix)",
                           f"memstream reembed --stream all (re-embeds every memory with {configured}), or set "
                           f"[models] embedding back to {state.model}")
-    return Check.ok("embedding model", f"{configured}, as recorded in the database")
+    return Check.ok("embedded by", f"{configured}, as recorded in the database")
