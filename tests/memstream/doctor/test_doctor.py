@@ -93,8 +93,8 @@ async def test_everything_ok(world: World, capsys: pytest.CaptureFixture[str]) -
     assert code == 0
     assert all(x.startswith("ok ") for x in lines), "\n".join(lines)
     names = [x[6:20].rstrip() for x in lines]
-    assert names == ["persona", "sqlite", "schema", "integrity", "embedded by", "dimensions", "model server", "model", "model",
-                     "rating", "embedding", "discord token", "discord intent", "discord server"]
+    assert names == ["persona", "sqlite", "schema", "integrity", "embedded by", "dimensions", "model server",
+                     "model", "model", "rating", "embedding", "discord token", "discord intent", "discord server"]
     assert "64 dimensions" in line(lines, "embedding", "ok")
     assert "Lighthouse" in line(lines, "discord server", "ok")
     assert "rated a test observation 5" in line(lines, "rating", "ok")
