@@ -218,9 +218,10 @@ class Core(Announcer):
     async def _check_model(self, *, adopt: bool) -> None:
         if self._embedding_model is None:
             return
-        if adopt:  # the first embedding (or a store older than the record) adopts the model in use, once
-            await self._execute("INSERT INTO meta (key, value) VALUES ('embedding_model', %s) "
-                                "ON CONFLICT (key) DO NOTHING", (self._embedding_model,))
         recorded = await self.get_meta("embedding_model")
+        if recorded is None and adopt:  # the first embedding (or a store older than the record) adopts the model
+            await self._execute("INSERT INTO meta (key, value) VALUES ('embedding_model', %s) "  # in use, once
+                                "ON CONFLICT (key) DO NOTHING", (self._embedding_model,))
+            recorded = await self.get_meta("embedding_model")
         if recorded is not None and recorded != self._embedding_model:
             raise model_mismatch(self.path, recorded, self._embedding_model)
