@@ -25,22 +25,24 @@ def _persona(database: Path | str, model: str) -> PersonaConfig:
                          models=ModelConfig(embedding=model))
 
 
-async def _open(database: Path | str, model: str) -> MemoryStream:
-    return await MemoryStream.open(_persona(database, model), embedder=FakeEmbedder(), chat=ScriptedChat(),
-                                   clock=FakeClock())
+async def _open(database: Path | str, model: str, embedder: FakeEmbedder | None = None) -> MemoryStream:
+    return await MemoryStream.open(_persona(database, model), embedder=embedder or FakeEmbedder(),
+                                   chat=ScriptedChat(), clock=FakeClock())
 
 
 async def test_another_models_vectors_are_refused(database: Path | str) -> None:
     async with await _open(database, "emb-a") as memory:
         await memory.observe("Ada lights the lamp", importance=5, at=T0)
         assert await memory.store.get_meta("embedding_model") == "emb-a"  # the first embedding records it
-    async with await _open(database, "emb-b") as memory:
+    embedder = FakeEmbedder()
+    async with await _open(database, "emb-b", embedder) as memory:
         with pytest.raises(StoreError) as write:
             await memory.observe("Ada trims the wick", importance=5, at=T0)
         with pytest.raises(StoreError) as query:
             await memory.retrieve("the lamp")
         with pytest.raises(StoreError):
             await memory.explain("the lamp")
+        assert embedder.calls == []  # refused before any model call
         for refused in (write, query):
             assert "'emb-a'" in str(refused.value) and "'emb-b'" in str(refused.value)
             assert "memstream reembed" in str(refused.value)
