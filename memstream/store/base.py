@@ -318,7 +318,8 @@ class StoreInterface(Protocol):
 
     async def reembed(self, stream: str, model: str, items: Sequence[tuple[int, npt.NDArray[np.float32]]]) -> None:
         """Replace these memories' embeddings (made by `model`) and record how far the stream is, in one
-        transaction; announces StreamDropped(stream)."""
+        transaction; announces StreamDropped(stream). From then until finish_reembed, every other write of an
+        embedding and every check_embedding_model is refused (a stream may hold both models' vectors)."""
         ...
 
     async def finish_reembed(self, model: str, dimensions: int | None) -> None:

@@ -115,6 +115,9 @@ def saturating_add(table: str, column: str) -> str:
 
 # The meta key of a stream's re-embedding in progress: "<model>\t<last id re-embedded>".
 REEMBED_PREFIX = "reembed:"
+# The meta key of the model a re-embedding under way moves the store to: while it is set, no embedding is
+# written but the re-embedding's own, and no query is ranked (a stream may hold both models' vectors).
+REEMBED_TARGET = "reembed_to"
 
 
 def reembed_progress(value: str | None, model: str) -> int:
@@ -131,3 +134,11 @@ def model_mismatch(path: str, recorded: str, configured: str) -> StoreError:
         f"{path}: its embeddings were made by {recorded!r}, but the persona's embedding model is {configured!r}; "
         "the two cannot be mixed in one stream. Re-embed every memory with the new model: memstream reembed "
         f"--stream all (or set [models] embedding back to {recorded!r})")
+
+
+def reembed_under_way(path: str, target: str) -> StoreError:
+    """The error of a write or a query while a re-embedding (to `target`) is under way or stopped half way."""
+    return StoreError(
+        f"{path}: its embeddings are being re-embedded with {target!r} (or a re-embedding stopped half way); "
+        f"nothing is stored or recalled until it is finished: memstream reembed --stream all, with {target!r} "
+        "as the persona's embedding model")

@@ -137,7 +137,12 @@ async def test_an_interrupted_reembed_resumes(database: Path | str, tmp_path: Pa
         await store.close()
     capsys.readouterr()
     assert await _cli("recall", "lamp", "--persona", persona) != 0  # still refused: the stream is not all emb-b
-    capsys.readouterr()
+    assert "being re-embedded with 'emb-b'" in capsys.readouterr().err
+    old = _write(tmp_path / "old.toml", database, server.base_url, "emb-a")
+    assert await _cli("observe", "Ada trims the wick", "--importance", "5", "--persona", old) != 0  # nor emb-a's
+    assert await _cli("doctor", "--persona", old) == 1
+    failed = [x for x in capsys.readouterr().out.splitlines() if x.startswith("fail") and "embedded by" in x]
+    assert len(failed) == 1 and "a re-embedding with emb-b is under way" in failed[0]
     server.embedding_requests.clear()
     assert await _cli("reembed", "--stream", "all", "--persona", persona, "--json") == 0
     report = json.loads(capsys.readouterr().out)
@@ -146,3 +151,11 @@ async def test_an_interrupted_reembed_resumes(database: Path | str, tmp_path: Pa
     assert sent == [f"Ada lights lamp number {i}" for i in (2, 3, 4)]  # resumed after the first batch
     assert await _model_of(database) == "emb-b"
     assert await _cli("recall", "lamp", "--persona", persona) == 0
+    assert await _cli("observe", "Ada polishes the lens", "--importance", "5", "--persona", persona) == 0
+    capsys.readouterr()
+    assert await _cli("memories", "--persona", persona, "--json") == 0
+    kept = json.loads(capsys.readouterr().out)
+    assert {m["text"]: m["status"] for m in kept}["Ada trims the wick"] == "pending"  # kept, nothing lost
+    async with await _open(database, "emb-b") as memory:  # the bot's next pass completes it with emb-b
+        assert await memory.complete_pending() == 1
+        assert [m.status for m in await memory.recent(limit=10)] == ["ready"] * 7

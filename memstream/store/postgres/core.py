@@ -23,7 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from memstream.errors import StoreError
 from memstream.store.events import Announcer, StoreEvent
-from memstream.store.policy import model_mismatch
+from memstream.store.policy import REEMBED_TARGET, model_mismatch, reembed_under_way
 from memstream.store.postgres.connection import Conn, mapped_errors
 from memstream.store.postgres.presence import Presence
 
@@ -218,7 +218,11 @@ class Core(Announcer):
     async def _check_model(self, *, adopt: bool) -> None:
         if self._embedding_model is None:
             return
-        recorded = await self.get_meta("embedding_model")
+        found = dict(await self._rows("SELECT key, value FROM meta WHERE key IN ('embedding_model', %s)",
+                                      (REEMBED_TARGET,)))
+        if found.get(REEMBED_TARGET) is not None:
+            raise reembed_under_way(self.path, str(found[REEMBED_TARGET]))
+        recorded = found.get("embedding_model")
         if recorded is None and adopt:  # the first embedding (or a store older than the record) adopts the model
             await self._execute("INSERT INTO meta (key, value) VALUES ('embedding_model', %s) "  # in use, once
                                 "ON CONFLICT (key) DO NOTHING", (self._embedding_model,))

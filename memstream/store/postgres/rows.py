@@ -13,7 +13,7 @@ from memstream.errors import MemoryNotFound, StoreError
 from memstream.records import Memory
 from memstream.store.chunks import chunks
 from memstream.store.events import MemoryUpdated, StreamDropped, ready_event, ready_inserted, touched_rows
-from memstream.store.policy import REEMBED_PREFIX, collected_touches, reembed_progress, retry_delay_sql
+from memstream.store.policy import REEMBED_PREFIX, REEMBED_TARGET, collected_touches, reembed_progress, retry_delay_sql
 from memstream.store.postgres.counters import Counters
 from memstream.store.postgres.presence import LIVE_OWNERS
 from memstream.store.records import NewMemory, UsageRow
@@ -193,7 +193,7 @@ class Rows(Counters):
 
     async def reembed_todo(self, stream: str, model: str, limit: int) -> list[tuple[int, str]]:
         """(id, text) of the next `limit` embedded memories of `stream` not yet re-embedded with `model`."""
-        if await self.get_meta("embedding_model") == model:  # made by it already (every write is checked)
+        if await self.get_meta("embedding_model") == model and await self.get_meta(REEMBED_TARGET) is None:
             return []
         after = reembed_progress(await self.get_meta(REEMBED_PREFIX + stream), model)
         rows = await self._rows("SELECT id, text FROM memories WHERE stream = %s AND embedding IS NOT NULL "
@@ -202,7 +202,7 @@ class Rows(Counters):
 
     async def reembed_left(self, stream: str, model: str) -> int:
         """How many embedded memories of `stream` are not yet re-embedded with `model`."""
-        if await self.get_meta("embedding_model") == model:  # made by it already (every write is checked)
+        if await self.get_meta("embedding_model") == model and await self.get_meta(REEMBED_TARGET) is None:
             return 0
         after = reembed_progress(await self.get_meta(REEMBED_PREFIX + stream), model)
         row = await self._row("SELECT COUNT(*) FROM memories WHERE stream = %s AND embedding IS NOT NULL "
@@ -219,6 +219,7 @@ class Rows(Counters):
             await self._many("UPDATE memories SET embedding = %s WHERE id = %s AND stream = %s "
                              "AND embedding IS NOT NULL",
                              [(_vector(vector), memory_id, stream) for memory_id, vector in items])
+            await self.set_meta(REEMBED_TARGET, model)  # no other write, no query until it is finished
             await self.set_meta(REEMBED_PREFIX + stream, f"{model}\t{max(i for i, _ in items)}")
             await self._bump([stream])
             self._announce(StreamDropped(stream))
@@ -227,6 +228,7 @@ class Rows(Counters):
         """Every stream re-embedded: `model` (and its dimension) becomes the store's, the progress is cleared."""
         async with self.transaction():
             await self.set_meta("embedding_model", model)
+            await self._execute("DELETE FROM meta WHERE key = %s", (REEMBED_TARGET,))
             if dimensions is not None:
                 await self.set_meta("embedding_dimensions", str(dimensions))
             await self._execute("DELETE FROM meta WHERE left(key, %s) = %s", (len(REEMBED_PREFIX), REEMBED_PREFIX))

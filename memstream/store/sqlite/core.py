@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from memstream.errors import StoreError
 from memstream.store.events import Announcer, StoreEvent
-from memstream.store.policy import model_mismatch
+from memstream.store.policy import REEMBED_TARGET, model_mismatch, reembed_under_way
 from memstream.store.sqlite.connection import Connection
 
 __all__ = ["Core"]
@@ -108,6 +108,9 @@ class Core(Announcer):
         if self._embedding_model is None:
             return
         recorded = await self.get_meta("embedding_model")
+        target = await self.get_meta(REEMBED_TARGET)
+        if target is not None:
+            raise reembed_under_way(self.path, target)
         if recorded is None:
             if adopt:  # the first embedding (or a store older than the record) adopts the model in use
                 await self.set_meta("embedding_model", self._embedding_model)

@@ -12,7 +12,14 @@ from memstream.errors import MemoryNotFound
 from memstream.records import Memory
 from memstream.store.chunks import CHUNK, chunks
 from memstream.store.events import MemoryUpdated, StreamDropped, ready_event, ready_inserted, touched_rows
-from memstream.store.policy import REEMBED_PREFIX, bounded_usage, collected_touches, reembed_progress, retry_delay_sql
+from memstream.store.policy import (
+    REEMBED_PREFIX,
+    REEMBED_TARGET,
+    bounded_usage,
+    collected_touches,
+    reembed_progress,
+    retry_delay_sql,
+)
 from memstream.store.records import NewMemory, UsageRow
 from memstream.store.rowmap import MEMORY_COLUMNS, memory_from_row
 from memstream.store.sqlite.counters import DAILY_USAGE, USAGE, Counters
@@ -200,7 +207,7 @@ class Rows(Counters):
 
     async def reembed_todo(self, stream: str, model: str, limit: int) -> list[tuple[int, str]]:
         """(id, text) of the next `limit` embedded memories of `stream` not yet re-embedded with `model`."""
-        if await self.get_meta("embedding_model") == model:  # made by it already (every write is checked)
+        if await self.get_meta("embedding_model") == model and await self.get_meta(REEMBED_TARGET) is None:
             return []
         after = reembed_progress(await self.get_meta(REEMBED_PREFIX + stream), model)
         async with self.conn.execute(
@@ -210,7 +217,7 @@ class Rows(Counters):
 
     async def reembed_left(self, stream: str, model: str) -> int:
         """How many embedded memories of `stream` are not yet re-embedded with `model`."""
-        if await self.get_meta("embedding_model") == model:  # made by it already (every write is checked)
+        if await self.get_meta("embedding_model") == model and await self.get_meta(REEMBED_TARGET) is None:
             return 0
         after = reembed_progress(await self.get_meta(REEMBED_PREFIX + stream), model)
         async with self.conn.execute("SELECT COUNT(*) FROM memories WHERE stream = ? AND embedding IS NOT NULL "
@@ -227,6 +234,7 @@ class Rows(Counters):
             await self.conn.executemany("UPDATE memories SET embedding = ? WHERE id = ? AND stream = ? "
                                         "AND embedding IS NOT NULL",
                                         [(to_blob(vector), memory_id, stream) for memory_id, vector in items])
+            await self.set_meta(REEMBED_TARGET, model)  # no other write, no query until it is finished
             await self.set_meta(REEMBED_PREFIX + stream, f"{model}\t{max(i for i, _ in items)}")
             self._announce(StreamDropped(stream))
 
@@ -234,6 +242,7 @@ class Rows(Counters):
         """Every stream re-embedded: `model` (and its dimension) becomes the store's, the progress is cleared."""
         async with self.transaction():
             await self.set_meta("embedding_model", model)
+            await self.conn.execute("DELETE FROM meta WHERE key = ?", (REEMBED_TARGET,))
             if dimensions is not None:
                 await self.set_meta("embedding_dimensions", str(dimensions))
             await self.conn.execute("DELETE FROM meta WHERE substr(key, 1, ?) = ?",
