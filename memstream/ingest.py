@@ -127,6 +127,8 @@ class Ingest:
         the model failures that left some pending (each failure counted as one attempt, retried later)."""
         memories = [m for m in (await self.store.get_many([i for i in ids if i not in self._inflight])).values()
                     if m.status == "pending"]
+        if memories:  # vectors of another model than the store's would be refused: no model call made for them
+            await self.store.check_embedding_model()
         errors: list[ProviderError] = []
         self._inflight.update(m.id for m in memories)
         try:

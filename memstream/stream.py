@@ -99,6 +99,7 @@ class MemoryStream:
                 rater = OpenAIChat(client, extra_body=persona.models.rater_extra_body)
         try:
             store = await Store.open(persona.database)
+            store.use_embedding_model(persona.models.embedding)  # the store refuses to mix two models' vectors
         except BaseException:
             if client is not None:
                 await client.close()

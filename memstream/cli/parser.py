@@ -8,14 +8,14 @@ from collections.abc import Iterable
 from importlib.metadata import EntryPoint
 from typing import NoReturn
 
-from memstream.cli import chat, doctor, evaluate, files, init, memories, web
+from memstream.cli import chat, doctor, evaluate, files, init, memories, reembed, web
 from memstream.cli.options import database, parents
 from memstream.cli.plugins import GROUP, add_plugins, installed
 
 __all__ = ["DESCRIPTION", "build_parser"]
 
 DESCRIPTION = "`memstream`: talk to a persona, feed its memory, and look inside it from the terminal."
-FAMILIES = (chat, memories, files, evaluate, web, doctor, init)  # in the order --help lists their commands
+FAMILIES = (chat, memories, reembed, files, evaluate, web, doctor, init)  # in the order --help lists their commands
 
 
 class _Parser(argparse.ArgumentParser):

@@ -20,7 +20,7 @@ Progress = Callable[[int, int], None]
 _TABLES = (("memories", "id"), ("evidence", "rowid"), ("reply_traces", "id"), ("trace_messages", "rowid"),
            ("stream_state", "rowid"), ("model_usage", "rowid"), ("model_usage_daily", "rowid"),
            ("faults", "rowid"))
-_META_KEEP = ("embedding_dimensions",)
+_META_KEEP = ("embedding_dimensions", "embedding_model")
 _RANGE = 256
 
 

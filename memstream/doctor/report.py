@@ -14,7 +14,7 @@ from memstream.config import PersonaConfig, load_persona, show_database
 from memstream.doctor.checks import Check, check_lines, checks_json
 from memstream.doctor.discord import check_discord
 from memstream.doctor.models import ModelProbe
-from memstream.doctor.store import check_database, check_database_url, check_dimensions, check_sqlite
+from memstream.doctor.store import check_database, check_database_url, check_dimensions, check_model, check_sqlite
 from memstream.errors import ConfigError
 from memstream.exits import EXIT_FAILED
 from memstream.text import visible, visible_json
@@ -45,6 +45,8 @@ async def run_doctor(persona_path: str | Path, *, db: Path | str | None = None,
     db_checks, state = (check_database_url(persona.database) if isinstance(persona.database, str)
                         else check_database(persona.database))
     add(*db_checks)
+    if state.exists:
+        add(check_model(state, persona.models.embedding))
     probe = ModelProbe(persona, env)
     try:
         if state.dimensions is not None:

@@ -22,7 +22,7 @@ from memstream.errors import StoreError
 from memstream.store import all_migrations, redact, sqlite_module
 from memstream.store.migrations import migration_dir
 
-__all__ = ["DatabaseState", "check_database", "check_database_url", "check_dimensions", "check_sqlite"]
+__all__ = ["DatabaseState", "check_database", "check_database_url", "check_dimensions", "check_model", "check_sqlite"]
 
 _RESTORE = "restore a backup (memstream backup makes one), or copy out what can be read: memstream salvage SRC DEST"
 _INSTALL = ("pip install pysqlite3 (Linux: a SQLite that can load extensions), or use a Python whose sqlite3 "
@@ -35,6 +35,8 @@ class DatabaseState:
 
     exists: bool
     dimensions: int | None = None
+    model: str | None = None  # the embedding model recorded as the maker of its vectors
+    reembedding: str | None = None  # the model a re-embedding under way (or stopped) moves it to
 
 
 def check_sqlite(binding: Callable[[], types.ModuleType] = sqlite_module,
@@ -125,11 +127,16 @@ def _inspect(conn: Any, path: Path) -> tuple[list[Check], DatabaseState]:
     else:
         found = " ".join(" ".join(map(str, problems)).split())
         integrity = Check.fail("integrity", f"quick_check: {found[:300]}", _RESTORE)
-    dimensions = None
+    dimensions = model = reembedding = None
     if "meta" in tables:
         row = conn.execute("SELECT value FROM meta WHERE key = 'embedding_dimensions'").fetchone()
         dimensions = int(row[0]) if row and str(row[0]).isdigit() else None
-    return [schema, integrity], DatabaseState(exists=True, dimensions=dimensions)
+        row = conn.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
+        model = None if row is None else str(row[0])
+        row = conn.execute("SELECT value FROM meta WHERE key = 'reembed_to'").fetchone()
+        reembedding = None if row is None else str(row[0])
+    return [schema, integrity], DatabaseState(exists=True, dimensions=dimensions, model=model,
+                                              reembedding=reembedding)
 
 
 def check_database_url(url: str) -> tuple[list[Check], DatabaseState]:
@@ -154,6 +161,8 @@ def check_database_url(url: str) -> tuple[list[Check], DatabaseState]:
                                              "first run")], DatabaseState(exists=False)
             version = max((row[0] for row in conn.execute("SELECT version FROM schema_migrations")), default=0)
             row = conn.execute("SELECT value FROM meta WHERE key = 'embedding_dimensions'").fetchone()
+            made = conn.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
+            moving = conn.execute("SELECT value FROM meta WHERE key = 'reembed_to'").fetchone()
     except psycopg.Error as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return [Check.fail("database", f"{where} cannot be reached ({first})",
@@ -166,7 +175,8 @@ def check_database_url(url: str) -> tuple[list[Check], DatabaseState]:
         left = f"; {known - version} migration(s) are applied at the next start" if version < known else ", current"
         schema = Check.ok("schema", f"{where}: PostgreSQL schema {version:04d}{left}")
     dimensions = int(row[0]) if row and str(row[0]).isdigit() else None
-    return [schema], DatabaseState(exists=True, dimensions=dimensions)
+    return [schema], DatabaseState(exists=True, dimensions=dimensions, model=None if made is None else str(made[0]),
+                                   reembedding=None if moving is None else str(moving[0]))
 
 
 def check_dimensions(state: DatabaseState, returned: int | None, configured: int | None, model: str) -> Check:
@@ -183,3 +193,24 @@ def check_dimensions(state: DatabaseState, returned: int | None, configured: int
                           "set [models] embedding back to the model that made them, or start a new database "
                           "(--db FILE, or export and import the streams into one)")
     return Check.ok("dimensions", f"{returned} dimensions, as stored in the database")
+
+
+def check_model(state: DatabaseState, configured: str) -> Check:
+    """The model recorded as the maker of the database's embeddings against the persona's embedding model."""
+    if state.reembedding is not None:
+        return Check.fail("embedded by", f"a re-embedding with {state.reembedding} is under way or stopped half way: "
+                                         "nothing is stored or recalled until it is finished",
+                          f"memstream reembed --stream all (with [models] embedding = {state.reembedding})")
+    if state.model is None:
+        if state.dimensions is None:
+            return Check.ok("embedded by", f"no embeddings stored yet: the first records {configured}")
+        return Check.warn("embedded by", "the database does not record which model made its embeddings (an "
+                                             f"older memstream): {configured} is recorded at the next write",
+                          "if another model made them: memstream reembed --stream all")
+    if state.model != configured:
+        return Check.fail("embedded by", f"the database's embeddings were made by {state.model}, but the "
+                                             f"persona's embedding model is {configured}: memories cannot be "
+                                             "stored or recalled (two models' vectors do not mix)",
+                          f"memstream reembed --stream all (re-embeds every memory with {configured}), or set "
+                          f"[models] embedding back to {state.model}")
+    return Check.ok("embedded by", f"{configured}, as recorded in the database")

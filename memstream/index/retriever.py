@@ -54,6 +54,7 @@ class Retriever:
         reads the winners, touches them and counts the query's embedding call (`Store.retrieved`)."""
         limit = k or self.config.k
         now = to_timestamp(at or self.clock.now())
+        await self.store.check_embedding_model()  # a query of another model cannot rank these vectors
         try:
             with self.models.deferred_usage():  # counted in memory here, written with the touch
                 embedded = await self.models.embed([query], stream=stream)
@@ -75,6 +76,7 @@ class Retriever:
     async def explain(self, query: str, *, stream: str, k: int | None = None,
                       at: datetime | None = None) -> list[ScoredMemory]:
         """The same ranking, read-only."""
+        await self.store.check_embedding_model()
         embedded = await self.models.embed([query], stream=stream)
         return await self.explain_vector(embedded[0], stream=stream, k=k, at=at, text=query)
 

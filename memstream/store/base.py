@@ -304,6 +304,39 @@ class StoreInterface(Protocol):
         """Set a value of the meta table."""
         ...
 
+    # -- the embedding model
+
+    def use_embedding_model(self, model: str | None) -> None:
+        """The model that makes the embeddings written from now on. The store records the model of its first
+        embedding (a store older than the record adopts this one at its next write of an embedding); a write of
+        an embedding while another model is recorded is refused (StoreError naming both, nothing written).
+        None: no check."""
+        ...
+
+    async def check_embedding_model(self) -> None:
+        """StoreError (naming both models) when the store's embeddings were made by another model than the one
+        in use: a query embedded by it cannot be ranked against them."""
+        ...
+
+    async def reembed_todo(self, stream: str, model: str, limit: int) -> list[tuple[int, str]]:
+        """(id, text) of the next `limit` embedded memories of `stream` (in id order) not yet re-embedded with
+        `model` by reembed (a run interrupted resumes where it stopped)."""
+        ...
+
+    async def reembed_left(self, stream: str, model: str) -> int:
+        """How many embedded memories of `stream` are not yet re-embedded with `model`."""
+        ...
+
+    async def reembed(self, stream: str, model: str, items: Sequence[tuple[int, npt.NDArray[np.float32]]]) -> None:
+        """Replace these memories' embeddings (made by `model`) and record how far the stream is, in one
+        transaction; announces StreamDropped(stream). From then until finish_reembed, every other write of an
+        embedding and every check_embedding_model is refused (a stream may hold both models' vectors)."""
+        ...
+
+    async def finish_reembed(self, model: str, dimensions: int | None) -> None:
+        """Every stream is re-embedded: record `model` (and its `dimensions`) as the store's, clear the progress."""
+        ...
+
     # -- whole rows, for copying a persona between backends (memstream copy)
 
     async def table_rows(self, table: Table, after: Sequence[Any] | None, limit: int) -> list[tuple[Any, ...]]:

@@ -10,8 +10,23 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any, Literal
 
-__all__ = ["COUNT_CEILING", "RETRY_BASE_SECONDS", "RETRY_CAP_SECONDS", "bounded_count", "bounded_usage",
-           "collected_touches", "deferred_touches", "retry_delay", "retry_delay_sql", "saturating_add"]
+from memstream.errors import StoreError
+
+__all__ = [
+    "COUNT_CEILING",
+    "REEMBED_PREFIX",
+    "RETRY_BASE_SECONDS",
+    "RETRY_CAP_SECONDS",
+    "bounded_count",
+    "bounded_usage",
+    "collected_touches",
+    "deferred_touches",
+    "model_mismatch",
+    "reembed_progress",
+    "retry_delay",
+    "retry_delay_sql",
+    "saturating_add",
+]
 
 # A pending observation whose model calls failed waits RETRY_BASE * 2**(failures - 1) seconds, at most
 # RETRY_CAP, before it is tried again (a restart tries every pending observation at once).
@@ -96,3 +111,34 @@ def saturating_add(table: str, column: str) -> str:
     (the same words in SQLite and PostgreSQL; `excluded` is bounded by bounded_usage)."""
     return (f"{column} = CASE WHEN {table}.{column} > {COUNT_CEILING} - excluded.{column} THEN {COUNT_CEILING} "
             f"ELSE {table}.{column} + excluded.{column} END")
+
+
+# The meta key of a stream's re-embedding in progress: "<model>\t<last id re-embedded>".
+REEMBED_PREFIX = "reembed:"
+# The meta key of the model a re-embedding under way moves the store to: while it is set, no embedding is
+# written but the re-embedding's own, and no query is ranked (a stream may hold both models' vectors).
+REEMBED_TARGET = "reembed_to"
+
+
+def reembed_progress(value: str | None, model: str) -> int:
+    """The last memory id of a stream re-embedded with `model` (0: none, or another model's run)."""
+    if not value:
+        return 0
+    name, _, last = value.rpartition("\t")
+    return int(last) if name == model and last.isdigit() else 0
+
+
+def model_mismatch(path: str, recorded: str, configured: str) -> StoreError:
+    """The error of a write or a query whose embedding model is not the one that made the store's vectors."""
+    return StoreError(
+        f"{path}: its embeddings were made by {recorded!r}, but the persona's embedding model is {configured!r}; "
+        "the two cannot be mixed in one stream. Re-embed every memory with the new model: memstream reembed "
+        f"--stream all (or set [models] embedding back to {recorded!r})")
+
+
+def reembed_under_way(path: str, target: str) -> StoreError:
+    """The error of a write or a query while a re-embedding (to `target`) is under way or stopped half way."""
+    return StoreError(
+        f"{path}: its embeddings are being re-embedded with {target!r} (or a re-embedding stopped half way); "
+        f"nothing is stored or recalled until it is finished: memstream reembed --stream all, with {target!r} "
+        "as the persona's embedding model")

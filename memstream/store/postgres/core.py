@@ -23,6 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from memstream.errors import StoreError
 from memstream.store.events import Announcer, StoreEvent
+from memstream.store.policy import REEMBED_TARGET, model_mismatch, reembed_under_way
 from memstream.store.postgres.connection import Conn, mapped_errors
 from memstream.store.postgres.presence import Presence
 
@@ -56,6 +57,7 @@ class Core(Announcer):
         self._stale: set[str] = set()  # streams another process wrote to, seen in our own writes
         self._to_vacuum: set[str] = set()  # tables holding deleted text in dead rows, until scrub
         self._deleted_by = 0  # the newest transaction (64-bit id) that deleted rows, for scrub
+        self._embedding_model: str | None = None  # see use_embedding_model
 
     def _joined(self) -> _Transaction | None:
         active = _active.get()
@@ -203,3 +205,27 @@ class Core(Announcer):
                 f"{self.path}: embeddings of {sorted(dims)} dimensions do not match the store's {known}; "
                 "use the embedding model this store was built with, or a new database"
             )
+        await self._check_model(adopt=True)
+
+    def use_embedding_model(self, model: str | None) -> None:
+        """The model that makes every embedding written from now on (None: not checked)."""
+        self._embedding_model = model
+
+    async def check_embedding_model(self) -> None:
+        """Refuse (StoreError) when the store's vectors were made by another model than the one in use."""
+        await self._check_model(adopt=False)
+
+    async def _check_model(self, *, adopt: bool) -> None:
+        if self._embedding_model is None:
+            return
+        found = dict(await self._rows("SELECT key, value FROM meta WHERE key IN ('embedding_model', %s)",
+                                      (REEMBED_TARGET,)))
+        if found.get(REEMBED_TARGET) is not None:
+            raise reembed_under_way(self.path, str(found[REEMBED_TARGET]))
+        recorded = found.get("embedding_model")
+        if recorded is None and adopt:  # the first embedding (or a store older than the record) adopts the model
+            await self._execute("INSERT INTO meta (key, value) VALUES ('embedding_model', %s) "  # in use, once
+                                "ON CONFLICT (key) DO NOTHING", (self._embedding_model,))
+            recorded = await self.get_meta("embedding_model")
+        if recorded is not None and recorded != self._embedding_model:
+            raise model_mismatch(self.path, recorded, self._embedding_model)

@@ -12,8 +12,15 @@ from psycopg.errors import DeadlockDetected
 from memstream.errors import MemoryNotFound, StoreError
 from memstream.records import Memory
 from memstream.store.chunks import chunks
-from memstream.store.events import MemoriesRemoved, MemoryUpdated, ready_event, ready_inserted, touched_rows
-from memstream.store.policy import collected_touches, retry_delay_sql
+from memstream.store.events import (
+    MemoriesRemoved,
+    MemoryUpdated,
+    StreamDropped,
+    ready_event,
+    ready_inserted,
+    touched_rows,
+)
+from memstream.store.policy import REEMBED_PREFIX, REEMBED_TARGET, collected_touches, reembed_progress, retry_delay_sql
 from memstream.store.postgres.counters import Counters
 from memstream.store.postgres.presence import LIVE_OWNERS
 from memstream.store.records import NewMemory, UsageRow
@@ -208,6 +215,50 @@ class Rows(Counters):
                 self._announce(*(MemoryUpdated(row[0], memory_id, vector, text) for row in rows if row[1] == "ready"))
             if rows:
                 self._to_vacuum.add("memories")  # the text before the edit is a dead row until VACUUM
+
+    # -- re-embedding a stream with another model (memstream reembed)
+
+    async def reembed_todo(self, stream: str, model: str, limit: int) -> list[tuple[int, str]]:
+        """(id, text) of the next `limit` embedded memories of `stream` not yet re-embedded with `model`."""
+        if await self.get_meta("embedding_model") == model and await self.get_meta(REEMBED_TARGET) is None:
+            return []
+        after = reembed_progress(await self.get_meta(REEMBED_PREFIX + stream), model)
+        rows = await self._rows("SELECT id, text FROM memories WHERE stream = %s AND embedding IS NOT NULL "
+                                "AND id > %s ORDER BY id LIMIT %s", (stream, after, limit))
+        return [(int(row[0]), str(row[1])) for row in rows]
+
+    async def reembed_left(self, stream: str, model: str) -> int:
+        """How many embedded memories of `stream` are not yet re-embedded with `model`."""
+        if await self.get_meta("embedding_model") == model and await self.get_meta(REEMBED_TARGET) is None:
+            return 0
+        after = reembed_progress(await self.get_meta(REEMBED_PREFIX + stream), model)
+        row = await self._row("SELECT COUNT(*) FROM memories WHERE stream = %s AND embedding IS NOT NULL "
+                              "AND id > %s", (stream, after))
+        return int(row[0]) if row else 0
+
+    async def reembed(self, stream: str, model: str, items: Sequence[tuple[int, npt.NDArray[np.float32]]]) -> None:
+        """Replace these memories' embeddings by `model`'s and record how far the stream is, in one transaction;
+        the stream's in-memory copy is dropped (StreamDropped)."""
+        if not items:
+            return
+        async with self.transaction():
+            await self._lock([stream])
+            await self._many("UPDATE memories SET embedding = %s WHERE id = %s AND stream = %s "
+                             "AND embedding IS NOT NULL",
+                             [(_vector(vector), memory_id, stream) for memory_id, vector in items])
+            await self.set_meta(REEMBED_TARGET, model)  # no other write, no query until it is finished
+            await self.set_meta(REEMBED_PREFIX + stream, f"{model}\t{max(i for i, _ in items)}")
+            await self._bump([stream])
+            self._announce(StreamDropped(stream))
+
+    async def finish_reembed(self, model: str, dimensions: int | None) -> None:
+        """Every stream re-embedded: `model` (and its dimension) becomes the store's, the progress is cleared."""
+        async with self.transaction():
+            await self.set_meta("embedding_model", model)
+            await self._execute("DELETE FROM meta WHERE key = %s", (REEMBED_TARGET,))
+            if dimensions is not None:
+                await self.set_meta("embedding_dimensions", str(dimensions))
+            await self._execute("DELETE FROM meta WHERE left(key, %s) = %s", (len(REEMBED_PREFIX), REEMBED_PREFIX))
 
     async def touch(self, ids: Sequence[int], at: float) -> None:
         """Set last access of these memories to `at` (collected instead inside `deferred_touches()`)."""

@@ -16,6 +16,7 @@ import numpy.typing as npt
 
 from memstream.errors import StoreError
 from memstream.store.events import Announcer, StoreEvent
+from memstream.store.policy import REEMBED_TARGET, model_mismatch, reembed_under_way
 from memstream.store.sqlite.connection import Connection
 
 __all__ = ["Core"]
@@ -37,6 +38,7 @@ class Core(Announcer):
         self._residue: list[str] = []
         self._vacuum_due = False
         self._data_version: int | None = None  # see changed_elsewhere
+        self._embedding_model: str | None = None  # see use_embedding_model
         # What the open transaction announces after its COMMIT (store/events.py); None when none is open.
         self._events: list[StoreEvent] | None = None
 
@@ -92,6 +94,29 @@ class Core(Announcer):
             )
         if known is None:
             await self.set_meta("embedding_dimensions", str(dims.pop()))
+        await self._check_model(adopt=True)
+
+    def use_embedding_model(self, model: str | None) -> None:
+        """The model that makes every embedding written from now on (None: not checked)."""
+        self._embedding_model = model
+
+    async def check_embedding_model(self) -> None:
+        """Refuse (StoreError) when the store's vectors were made by another model than the one in use."""
+        await self._check_model(adopt=False)
+
+    async def _check_model(self, *, adopt: bool) -> None:
+        if self._embedding_model is None:
+            return
+        recorded = await self.get_meta("embedding_model")
+        target = await self.get_meta(REEMBED_TARGET)
+        if target is not None:
+            raise reembed_under_way(self.path, target)
+        if recorded is None:
+            if adopt:  # the first embedding (or a store older than the record) adopts the model in use
+                await self.set_meta("embedding_model", self._embedding_model)
+            return
+        if recorded != self._embedding_model:
+            raise model_mismatch(self.path, recorded, self._embedding_model)
 
     async def get_meta(self, key: str) -> str | None:
         """A value of the meta table."""

@@ -11,8 +11,22 @@ import numpy.typing as npt
 from memstream.errors import MemoryNotFound
 from memstream.records import Memory
 from memstream.store.chunks import CHUNK, chunks
-from memstream.store.events import MemoriesRemoved, MemoryUpdated, ready_event, ready_inserted, touched_rows
-from memstream.store.policy import bounded_usage, collected_touches, retry_delay_sql
+from memstream.store.events import (
+    MemoriesRemoved,
+    MemoryUpdated,
+    StreamDropped,
+    ready_event,
+    ready_inserted,
+    touched_rows,
+)
+from memstream.store.policy import (
+    REEMBED_PREFIX,
+    REEMBED_TARGET,
+    bounded_usage,
+    collected_touches,
+    reembed_progress,
+    retry_delay_sql,
+)
 from memstream.store.records import NewMemory, UsageRow
 from memstream.store.rowmap import MEMORY_COLUMNS, memory_from_row
 from memstream.store.sqlite.counters import DAILY_USAGE, USAGE, Counters
@@ -223,6 +237,51 @@ class Rows(Counters):
                 if status == "ready":
                     vector = np.asarray(embedding, dtype=np.float32).reshape(-1)
                     self._announce(MemoryUpdated(stream, memory_id, vector, text))
+
+    # -- re-embedding a stream with another model (memstream reembed)
+
+    async def reembed_todo(self, stream: str, model: str, limit: int) -> list[tuple[int, str]]:
+        """(id, text) of the next `limit` embedded memories of `stream` not yet re-embedded with `model`."""
+        if await self.get_meta("embedding_model") == model and await self.get_meta(REEMBED_TARGET) is None:
+            return []
+        after = reembed_progress(await self.get_meta(REEMBED_PREFIX + stream), model)
+        async with self.conn.execute(
+            "SELECT id, text FROM memories WHERE stream = ? AND embedding IS NOT NULL AND id > ? ORDER BY id LIMIT ?",
+            (stream, after, limit)) as cur:
+            return [(int(row[0]), str(row[1])) for row in await cur.fetchall()]
+
+    async def reembed_left(self, stream: str, model: str) -> int:
+        """How many embedded memories of `stream` are not yet re-embedded with `model`."""
+        if await self.get_meta("embedding_model") == model and await self.get_meta(REEMBED_TARGET) is None:
+            return 0
+        after = reembed_progress(await self.get_meta(REEMBED_PREFIX + stream), model)
+        async with self.conn.execute("SELECT COUNT(*) FROM memories WHERE stream = ? AND embedding IS NOT NULL "
+                                     "AND id > ?", (stream, after)) as cur:
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+    async def reembed(self, stream: str, model: str, items: Sequence[tuple[int, npt.NDArray[np.float32]]]) -> None:
+        """Replace these memories' embeddings by `model`'s and record how far the stream is, in one transaction;
+        the stream's in-memory copy is dropped (StreamDropped)."""
+        if not items:
+            return
+        async with self.transaction():
+            await self.conn.executemany("UPDATE memories SET embedding = ? WHERE id = ? AND stream = ? "
+                                        "AND embedding IS NOT NULL",
+                                        [(to_blob(vector), memory_id, stream) for memory_id, vector in items])
+            await self.set_meta(REEMBED_TARGET, model)  # no other write, no query until it is finished
+            await self.set_meta(REEMBED_PREFIX + stream, f"{model}\t{max(i for i, _ in items)}")
+            self._announce(StreamDropped(stream))
+
+    async def finish_reembed(self, model: str, dimensions: int | None) -> None:
+        """Every stream re-embedded: `model` (and its dimension) becomes the store's, the progress is cleared."""
+        async with self.transaction():
+            await self.set_meta("embedding_model", model)
+            await self.conn.execute("DELETE FROM meta WHERE key = ?", (REEMBED_TARGET,))
+            if dimensions is not None:
+                await self.set_meta("embedding_dimensions", str(dimensions))
+            await self.conn.execute("DELETE FROM meta WHERE substr(key, 1, ?) = ?",
+                                    (len(REEMBED_PREFIX), REEMBED_PREFIX))
 
     async def touch(self, ids: Sequence[int], at: float) -> None:
         """Set last access of these memories to `at` (collected instead inside `deferred_touches()`)."""

@@ -75,10 +75,12 @@ def line(lines: list[str], name: str, status: str = "fail") -> str:
     return found[0]
 
 
-async def memories_db(world: World, dimensions: int) -> None:
-    """A database that holds embeddings of `dimensions`."""
+async def memories_db(world: World, dimensions: int, model: str | None = "text-embedding-fake") -> None:
+    """A database that holds embeddings of `dimensions`, made by `model` (None: not recorded, an older store)."""
     store = await Store.open(world.database)
     await store.set_meta("embedding_dimensions", str(dimensions))
+    if model is not None:
+        await store.set_meta("embedding_model", model)
     await store.close()
 
 
@@ -91,8 +93,8 @@ async def test_everything_ok(world: World, capsys: pytest.CaptureFixture[str]) -
     assert code == 0
     assert all(x.startswith("ok ") for x in lines), "\n".join(lines)
     names = [x[6:20].rstrip() for x in lines]
-    assert names == ["persona", "sqlite", "schema", "integrity", "dimensions", "model server", "model", "model",
-                     "rating", "embedding", "discord token", "discord intent", "discord server"]
+    assert names == ["persona", "sqlite", "schema", "integrity", "embedded by", "dimensions", "model server",
+                     "model", "model", "rating", "embedding", "discord token", "discord intent", "discord server"]
     assert "64 dimensions" in line(lines, "embedding", "ok")
     assert "Lighthouse" in line(lines, "discord server", "ok")
     assert "rated a test observation 5" in line(lines, "rating", "ok")
@@ -185,6 +187,22 @@ async def test_embedding_dimension_changed(world: World, capsys: pytest.CaptureF
     code, lines = await doctor(world, capsys)
     assert code == 1
     assert "holds 1536-dimension embeddings, but text-embedding-fake returns 64" in line(lines, "dimensions")
+
+
+async def test_embeddings_of_another_model(world: World, capsys: pytest.CaptureFixture[str]) -> None:
+    await memories_db(world, 64, "text-embedding-old")
+    code, lines = await doctor(world, capsys)
+    assert code == 1
+    failed = line(lines, "embedded by")
+    assert "made by text-embedding-old" in failed and "embedding model is text-embedding-fake" in failed
+    assert "memstream reembed --stream all" in failed
+
+
+async def test_an_older_store_adopts_the_model(world: World, capsys: pytest.CaptureFixture[str]) -> None:
+    await memories_db(world, 64, None)
+    code, lines = await doctor(world, capsys)
+    assert code == 0
+    assert "text-embedding-fake is recorded at the next write" in line(lines, "embedded by", "warn")
 
 
 # -- the model server ----------------------------------------------------------------------------------------
