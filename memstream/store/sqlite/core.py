@@ -107,16 +107,18 @@ class Core(Announcer):
     async def _check_model(self, *, adopt: bool) -> None:
         if self._embedding_model is None:
             return
-        recorded = await self.get_meta("embedding_model")
-        target = await self.get_meta(REEMBED_TARGET)
+        rows = await self.conn.execute_fetchall(  # one hop: this runs before every query
+            "SELECT key, value FROM meta WHERE key IN ('embedding_model', ?)", (REEMBED_TARGET,))
+        found: dict[str, str] = {str(row[0]): str(row[1]) for row in rows}
+        recorded, target = found.get("embedding_model"), found.get(REEMBED_TARGET)
         if target is not None:
-            raise reembed_under_way(self.path, target)
+            raise reembed_under_way(self.path, str(target))
         if recorded is None:
             if adopt:  # the first embedding (or a store older than the record) adopts the model in use
                 await self.set_meta("embedding_model", self._embedding_model)
             return
         if recorded != self._embedding_model:
-            raise model_mismatch(self.path, recorded, self._embedding_model)
+            raise model_mismatch(self.path, str(recorded), self._embedding_model)
 
     async def get_meta(self, key: str) -> str | None:
         """A value of the meta table."""
