@@ -17,6 +17,7 @@ __all__ = [
     "REEMBED_PREFIX",
     "RETRY_BASE_SECONDS",
     "RETRY_CAP_SECONDS",
+    "ModelRecord",
     "bounded_count",
     "bounded_usage",
     "collected_touches",
@@ -142,3 +143,21 @@ def reembed_under_way(path: str, target: str) -> StoreError:
         f"{path}: its embeddings are being re-embedded with {target!r} (or a re-embedding stopped half way); "
         f"nothing is stored or recalled until it is finished: memstream reembed --stream all, with {target!r} "
         "as the persona's embedding model")
+
+
+class ModelRecord:
+    """The embedding model a store's vectors are made by: told once (use_embedding_model), checked before every
+    query and every embedding written. A backend supplies `_check_model` (one read of its meta table)."""
+
+    _embedding_model: str | None = None
+
+    def use_embedding_model(self, model: str | None) -> None:
+        """The model that makes every embedding written from now on (None: not checked)."""
+        self._embedding_model = model
+
+    async def check_embedding_model(self) -> None:
+        """Refuse (StoreError) when the store's vectors were made by another model than the one in use."""
+        await self._check_model(adopt=False)
+
+    async def _check_model(self, *, adopt: bool) -> None:
+        raise NotImplementedError

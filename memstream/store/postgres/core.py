@@ -23,7 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from memstream.errors import StoreError
 from memstream.store.events import Announcer, StoreEvent
-from memstream.store.policy import REEMBED_TARGET, model_mismatch, reembed_under_way
+from memstream.store.policy import REEMBED_TARGET, ModelRecord, model_mismatch, reembed_under_way
 from memstream.store.postgres.connection import Conn, mapped_errors
 from memstream.store.postgres.presence import Presence
 
@@ -44,7 +44,7 @@ class _Transaction:
 _active: ContextVar[_Transaction | None] = ContextVar("memstream_postgres_transaction", default=None)
 
 
-class Core(Announcer):
+class Core(Announcer, ModelRecord):
     """A pool of connections to one persona's database, its transactions and its meta table."""
 
     def __init__(self, pool: AsyncConnectionPool[Conn], url: str, path: str, *, readers: int | None = None) -> None:
@@ -57,7 +57,6 @@ class Core(Announcer):
         self._stale: set[str] = set()  # streams another process wrote to, seen in our own writes
         self._to_vacuum: set[str] = set()  # tables holding deleted text in dead rows, until scrub
         self._deleted_by = 0  # the newest transaction (64-bit id) that deleted rows, for scrub
-        self._embedding_model: str | None = None  # see use_embedding_model
 
     def _joined(self) -> _Transaction | None:
         active = _active.get()
@@ -206,14 +205,6 @@ class Core(Announcer):
                 "use the embedding model this store was built with, or a new database"
             )
         await self._check_model(adopt=True)
-
-    def use_embedding_model(self, model: str | None) -> None:
-        """The model that makes every embedding written from now on (None: not checked)."""
-        self._embedding_model = model
-
-    async def check_embedding_model(self) -> None:
-        """Refuse (StoreError) when the store's vectors were made by another model than the one in use."""
-        await self._check_model(adopt=False)
 
     async def _check_model(self, *, adopt: bool) -> None:
         if self._embedding_model is None:

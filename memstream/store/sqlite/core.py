@@ -16,13 +16,13 @@ import numpy.typing as npt
 
 from memstream.errors import StoreError
 from memstream.store.events import Announcer, StoreEvent
-from memstream.store.policy import REEMBED_TARGET, model_mismatch, reembed_under_way
+from memstream.store.policy import REEMBED_TARGET, ModelRecord, model_mismatch, reembed_under_way
 from memstream.store.sqlite.connection import Connection
 
 __all__ = ["Core"]
 
 
-class Core(Announcer):
+class Core(Announcer, ModelRecord):
     """A connection to one persona's SQLite file, its transactions and its meta table."""
 
     def __init__(self, conn: Connection, path: str, *, load_processes: int | None = None) -> None:
@@ -38,7 +38,6 @@ class Core(Announcer):
         self._residue: list[str] = []
         self._vacuum_due = False
         self._data_version: int | None = None  # see changed_elsewhere
-        self._embedding_model: str | None = None  # see use_embedding_model
         # What the open transaction announces after its COMMIT (store/events.py); None when none is open.
         self._events: list[StoreEvent] | None = None
 
@@ -95,14 +94,6 @@ class Core(Announcer):
         if known is None:
             await self.set_meta("embedding_dimensions", str(dims.pop()))
         await self._check_model(adopt=True)
-
-    def use_embedding_model(self, model: str | None) -> None:
-        """The model that makes every embedding written from now on (None: not checked)."""
-        self._embedding_model = model
-
-    async def check_embedding_model(self) -> None:
-        """Refuse (StoreError) when the store's vectors were made by another model than the one in use."""
-        await self._check_model(adopt=False)
 
     async def _check_model(self, *, adopt: bool) -> None:
         if self._embedding_model is None:
