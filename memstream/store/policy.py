@@ -161,3 +161,16 @@ class ModelRecord:
 
     async def _check_model(self, *, adopt: bool) -> None:
         raise NotImplementedError
+
+    async def get_meta(self, key: str) -> str | None:
+        raise NotImplementedError
+
+    async def reembed_left(self, stream: str, model: str) -> int:
+        """How many embedded memories of `stream` are not yet re-embedded with `model`."""
+        if await self.get_meta("embedding_model") == model and await self.get_meta(REEMBED_TARGET) is None:
+            return 0
+        return await self._embedded_after(stream, reembed_progress(await self.get_meta(REEMBED_PREFIX + stream), model))
+
+    async def _embedded_after(self, stream: str, after: int) -> int:
+        """How many memories of `stream` above id `after` hold an embedding."""
+        raise NotImplementedError

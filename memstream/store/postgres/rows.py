@@ -227,11 +227,7 @@ class Rows(Counters):
                                 "AND id > %s ORDER BY id LIMIT %s", (stream, after, limit))
         return [(int(row[0]), str(row[1])) for row in rows]
 
-    async def reembed_left(self, stream: str, model: str) -> int:
-        """How many embedded memories of `stream` are not yet re-embedded with `model`."""
-        if await self.get_meta("embedding_model") == model and await self.get_meta(REEMBED_TARGET) is None:
-            return 0
-        after = reembed_progress(await self.get_meta(REEMBED_PREFIX + stream), model)
+    async def _embedded_after(self, stream: str, after: int) -> int:
         row = await self._row("SELECT COUNT(*) FROM memories WHERE stream = %s AND embedding IS NOT NULL "
                               "AND id > %s", (stream, after))
         return int(row[0]) if row else 0

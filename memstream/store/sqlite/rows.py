@@ -250,11 +250,7 @@ class Rows(Counters):
             (stream, after, limit)) as cur:
             return [(int(row[0]), str(row[1])) for row in await cur.fetchall()]
 
-    async def reembed_left(self, stream: str, model: str) -> int:
-        """How many embedded memories of `stream` are not yet re-embedded with `model`."""
-        if await self.get_meta("embedding_model") == model and await self.get_meta(REEMBED_TARGET) is None:
-            return 0
-        after = reembed_progress(await self.get_meta(REEMBED_PREFIX + stream), model)
+    async def _embedded_after(self, stream: str, after: int) -> int:
         async with self.conn.execute("SELECT COUNT(*) FROM memories WHERE stream = ? AND embedding IS NOT NULL "
                                      "AND id > ?", (stream, after)) as cur:
             row = await cur.fetchone()
