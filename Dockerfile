@@ -1,18 +1,23 @@
 # memstream persona bot.
-#   docker build -t memstream .
+#   docker build -t memstream .                 # the runtime image only: no test run, about a minute
+#   docker build --target test .                # the whole test suite in a container (about 10 minutes)
 #   docker run -d --name isabella -e DISCORD_TOKEN -e OPENAI_API_KEY -v isabella-data:/data memstream
-# The persona is chosen with MEMSTREAM_PERSONA (a file under /app/personas, or one you mount).
+# Your own persona file, mounted read-only and chosen with MEMSTREAM_PERSONA:
+#   docker run -d --name ada -e DISCORD_TOKEN -e OPENAI_API_KEY -v ada-data:/data \
+#     -v "$PWD/personas/ada.toml:/app/personas/ada.toml:ro" -e MEMSTREAM_PERSONA=/app/personas/ada.toml memstream
 
-# -- test stage: install with the test tools and run the suite; the build fails if a test fails ------------
-FROM python:3.11-slim AS test
+# -- build stage: the package as a wheel; both the runtime and the test stage start from it ------------------
+FROM python:3.11-slim AS build
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY . /src
-RUN pip install -e ".[test]" \
-    && python -m pytest -q -p no:cacheprovider \
-    && pip wheel --no-deps --wheel-dir /wheels .
+RUN pip wheel --no-deps --wheel-dir /wheels .
 
-# -- runtime stage: the package and its runtime dependencies only, no test tools, a non-root user ------------
+# -- test stage: only built when asked for (--target test); the suite against the sources -------------------
+FROM build AS test
+RUN pip install -e ".[test]" && python -m pytest -q -p no:cacheprovider
+
+# -- runtime stage (the default target): the package and its runtime dependencies, a non-root user ----------
 FROM python:3.11-slim AS runtime
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -21,7 +26,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     MEMSTREAM_DATA_DIR=/data \
     MEMSTREAM_PERSONA=/app/personas/isabella.toml \
     MEMSTREAM_STATUS_FILE=/tmp/memstream-status
-COPY --from=test /wheels /wheels
+COPY --from=build /wheels /wheels
 # The postgres extra too: the same image runs on SQLite (the default) or on PostgreSQL (compose.yaml).
 RUN pip install "$(ls /wheels/memstream-*.whl)[postgres]" && rm -rf /wheels \
     && useradd --create-home --uid 10001 persona \

