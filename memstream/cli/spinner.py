@@ -32,11 +32,14 @@ class Spinner:
         self._thread: threading.Thread | None = None
 
     def show(self, label: str) -> None:
-        """Say what is being done now (the spinner starts at the first label)."""
+        """Say what is being done now (the spinner starts at the first label, its seconds from then)."""
+        self._start(label, since=time.monotonic())
+
+    def _start(self, label: str, *, since: float) -> None:
         self.label = label
         if not self.enabled or self._thread is not None:
             return
-        self._started = time.monotonic()
+        self._started = since
         self._stop.clear()
         self._thread = threading.Thread(target=self._turn, name="spinner", daemon=True)
         self._thread.start()
@@ -53,12 +56,12 @@ class Spinner:
             self.stream.flush()
 
     def note(self, line: str) -> None:
-        """Print a line (on the spinner's stream), the spinner going on below it."""
+        """Print a line (on the spinner's stream), the spinner going on below it, its seconds counting on."""
         running = self._thread is not None
         self.stop()
         print(line, file=self.stream, flush=True)
         if running:
-            self.show(self.label)
+            self._start(self.label, since=self._started)
 
     def _turn(self) -> None:
         tick = 0

@@ -44,6 +44,19 @@ def test_a_note_goes_above_it_and_it_goes_on() -> None:
     assert text.rindex("fetching…") > text.index("the model\n")
 
 
+def test_its_seconds_count_on_across_a_note() -> None:
+    """A note (the model download's) does not restart the count: the user has waited since the start."""
+    out = _Terminal()
+    with Spinner(True, stream=out, interval=0.01) as spin:
+        spin.show("starting the local models")
+        time.sleep(1.1)
+        spin.note("memstream: fetching the local chat model once")
+        time.sleep(0.05)
+    after = out.getvalue().split("fetching the local chat model once\n", 1)[1]
+    assert "starting the local models…" in after
+    assert "starting the local models… 1 s" in after  # not "…" alone: the count did not start again
+
+
 def test_disabled_it_writes_nothing() -> None:
     out = _Terminal()
     with Spinner(False, stream=out, interval=0.01) as spin:
