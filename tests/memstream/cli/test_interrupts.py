@@ -94,6 +94,8 @@ async def test_ctrl_c_while_a_command_starts_is_one_line(tmp_path: Path, after: 
     lines = [line for line in err.decode().splitlines() if line.strip()]
     if proc.returncode == 0:  # it was done before the signal
         return
+    if proc.returncode == 1 and err.startswith(b"Fatal Python error: init_import_site"):
+        return  # the interpreter's own start (its `site` module), before any of memstream is read: any program's
     assert proc.returncode in (130, -signal.SIGINT)  # before Python's own handler is in place: the signal's
     assert lines in ([], ["memstream: interrupted"])
 

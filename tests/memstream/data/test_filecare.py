@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import sqlite3
 import subprocess
 import sys
@@ -55,7 +56,9 @@ def _damage_page(db: Path, page: int | None) -> None:
         f.write(b"\xa5" * 4096)  # not a valid page type: SQLite knows the page is damaged
 
 
-@pytest.mark.parametrize("content", [b"hello, this is a text file\n", os.urandom(100), b"SQLite format 3\x00"])
+# Random bytes from a fixed seed: the same test ids in every run and every xdist worker.
+@pytest.mark.parametrize("content", [b"hello, this is a text file\n", random.Random(4).randbytes(100),
+                                     b"SQLite format 3\x00"], ids=["text", "random", "header-only"])
 def test_a_file_that_is_not_a_database_is_one_line_and_exit_4(tmp_path: Path, content: bytes) -> None:
     db = tmp_path / "bad.db"
     db.write_bytes(content)
