@@ -42,6 +42,7 @@ class ReplyDraft:
         self.prompt, self.memories = prompt, memories
         self.text = ""  # what came so far, without the whitespace before its first word
         self.cut: ProviderError | None = None
+        self.ended = False  # the model came to the end of its reply
         self.reply: Reply | None = None
 
     async def deltas(self) -> AsyncIterator[str]:
@@ -53,6 +54,7 @@ class ReplyDraft:
                 if piece:
                     self.text += piece
                     yield piece
+            self.ended = True
         except ProviderError as exc:
             if not self.text.strip():
                 raise
@@ -65,9 +67,9 @@ class ReplyDraft:
 
     async def finish(self, shown: str | None = None) -> Reply:
         """Store the reply and its trace, once: `shown`, what the reader saw where that is less than what came
-        (a send failed, or the reader stopped it), else all that came. Less than all of it is a cut reply."""
+        (a send failed, or the reader stopped it), else all that came. Less than the whole reply is a cut one."""
         if self.reply is None:
             await self.close()
             text = (self.text if shown is None else shown).strip()
-            self.reply = await self._save(text, self.cut is not None or text != self.text.strip())
+            self.reply = await self._save(text, not self.ended or text != self.text.strip())
         return self.reply
