@@ -70,6 +70,7 @@ class GrowingReply:
         self.parts: list[str] = []  # what each message shows
         self.delivered = ""  # the reply text the messages carry in full
         self.failed = False
+        self.forgotten = False  # the message it answers was deleted meanwhile: the reply is not to be stored
         self._shown_at = 0.0
 
     @property

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import re
+from collections.abc import Iterable
 
 import discord
 from discord.ext import commands
@@ -27,6 +28,8 @@ class ChatCog(commands.Cog):
         self.bot = bot
         self.tasks: set[asyncio.Task[None]] = set()
         self.pace = EditPace()  # the edits of every growing reply, per channel
+        # the message answered -> its reply while written, and its text (an edit that changes it forgets it)
+        self.answering: dict[int, tuple[GrowingReply, str]] = {}
         self.first_after, self.edit_every = FIRST_AFTER, EDIT_EVERY
 
     async def cog_unload(self) -> None:
@@ -55,6 +58,27 @@ class ChatCog(commands.Cog):
             task = asyncio.create_task(self.answer(message), name=f"answer-{message.id}")
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
+
+    @commands.Cog.listener()
+    async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
+        self._question_gone([payload.message_id])
+
+    @commands.Cog.listener()
+    async def on_raw_bulk_message_delete(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
+        self._question_gone(payload.message_ids)
+
+    @commands.Cog.listener()
+    async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
+        answering = self.answering.get(payload.message_id)
+        if answering is not None and payload.data.get("content", answering[1]) != answering[1]:
+            self._question_gone([payload.message_id])
+
+    def _question_gone(self, message_ids: Iterable[int]) -> None:
+        """A message being answered was deleted (or its text edited): its reply is built from what is forgotten,
+        so it is not remembered either (whatever was already sent of it stays on Discord)."""
+        for message_id in message_ids:
+            if message_id in self.answering:
+                self.answering[message_id][0].forgotten = True
 
     def query_of(self, message: discord.Message) -> str:
         """The message as a query: its text without the mention of the persona."""
@@ -93,10 +117,12 @@ class ChatCog(commands.Cog):
         growing = GrowingReply(lambda text, first: self._send_safe(message, text, first=first), self._edit_safe,
                                self.pace, message.channel.id, first_after=self.first_after,
                                edit_every=self.edit_every, writing=self.bot.writing)
+        self.answering[message.id] = (growing, message.content)
         try:
             await self._answer(message, growing)
         finally:
             growing.written()
+            self.answering.pop(message.id, None)
 
     async def _answer(self, message: discord.Message, growing: GrowingReply) -> None:
         memory, me = self.bot.memory, self.bot.user
@@ -131,7 +157,7 @@ class ChatCog(commands.Cog):
             log.warning("the reply to message %s broke off: %s", message.id, draft.cut)
         # What was sent is what the persona said: stored with its trace once it is out, then rated and embedded,
         # so that an answer waits for no model call but the agent's. Nothing sent: nothing said.
-        if not delivered:
+        if not delivered or growing.forgotten:
             await draft.close()
             return
         try:

@@ -5,6 +5,7 @@ that breaks ends cleanly, and a server that cannot stream still answers."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 
@@ -152,3 +153,24 @@ async def test_edits_keep_under_discords_limit_however_often_the_words_come(worl
     assert len(reply.edits) >= 5
     assert all(sum(1 for t in times[1:] if start <= t < start + 5.0) <= 5 for start in times)
     assert world.fake.rate_limited == []
+
+
+async def test_a_question_deleted_while_its_reply_is_written_takes_the_reply_with_it(world: World) -> None:
+    world.models.reply = "Got it, your door code is ZQX-7731-PIN, I will keep it safe for you."
+    world.openai.stream_delay = 0.3
+    await world.say(world.town, world.general, world.klaus, "Isabella is hosting a Valentine's Day party tonight")
+    asked = await world.fake.send_message(world.general, world.maria, "remember my door code ZQX-7731-PIN",
+                                          mentions=[world.fake.bot_user])
+    first = await world.fake.wait_for_sent(lambda m: m.channel_id == world.general, timeout=10)
+    await world.fake.delete_message(world.general, int(str(asked["id"])))  # while the reply grows
+    await until(_edited_whole(first, world.models.reply), "the reply's end", timeout=30)
+    await world.drained()
+    assert await world.memory.explain_reply(message_id=str(first.id)) is None
+    assert not any("ZQX" in m.text for m in await world.memory.recent(world.stream(world.town), 50))
+
+
+def _edited_whole(sent: SentMessage, text: str):  # type: ignore[no-untyped-def]
+    async def check() -> bool:
+        await asyncio.sleep(0.2)  # past the end, the reply would be stored now
+        return sent.content == text
+    return check
