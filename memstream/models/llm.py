@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -54,7 +54,7 @@ class StreamingChatModel(Protocol):
 
     async def complete(self, prompt: str, *, model: str) -> Completion: ...
 
-    def stream(self, prompt: str, *, model: str) -> AsyncIterator[str | Completion]: ...
+    def stream(self, prompt: str, *, model: str) -> AsyncGenerator[str | Completion, None]: ...
 
 
 def redact_url(text: str) -> str:
@@ -213,7 +213,7 @@ class OpenAIChat:
         # streams badly); it also becomes False once the server refuses a streamed request.
         self.streaming = streaming
 
-    async def stream(self, prompt: str, *, model: str) -> AsyncIterator[str | Completion]:
+    async def stream(self, prompt: str, *, model: str) -> AsyncGenerator[str | Completion, None]:
         """The reply's text as the server sends it, then the Completion. A server that refuses to stream (HTTP
         400, 422 or 501 to `"stream": true`) or answers with one whole body is asked the usual way from then on:
         the caller sees one delta, never an error. A stream that breaks after some text raises CompletionError

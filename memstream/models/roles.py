@@ -63,11 +63,12 @@ class Models:
         done: Completion | None = None
         failed = False
         try:
-            async for item in target.chat.stream(prompt, model=target.model):
-                if isinstance(item, Completion):
-                    done = item
-                elif item:
-                    yield item
+            async with contextlib.aclosing(target.chat.stream(prompt, model=target.model)) as items:
+                async for item in items:
+                    if isinstance(item, Completion):
+                        done = item
+                    elif item:
+                        yield item
         except ProviderError:
             failed = True
             await self._count(stream, role, failures=1)
