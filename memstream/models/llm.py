@@ -210,7 +210,8 @@ class OpenAIChat:
         # Fields the server understands beyond OpenAI's (llama.cpp's `grammar`), sent with every request.
         self.extra_body = dict(extra_body or {})
         # False: `stream` asks for the whole reply (a persona's [models] stream_replies, for a server that
-        # streams badly); it also becomes False once the server refuses a streamed request.
+        # streams badly); it also becomes False once the server refused a streamed request and answered it
+        # unstreamed (a 400 the unstreamed request gets too was not about streaming).
         self.streaming = streaming
 
     async def stream(self, prompt: str, *, model: str) -> AsyncGenerator[str | Completion, None]:
@@ -220,9 +221,13 @@ class OpenAIChat:
         (what came before it was yielded)."""
         where = describe(self.client, model)
         async with contextlib.AsyncExitStack() as stack:
-            response = await self._open_stream(stack, prompt, model, where) if self.streaming else None
+            streaming = self.streaming
+            response = await self._open_stream(stack, prompt, model, where) if streaming else None
             if response is None:
                 whole = await self.complete(prompt, model=model)
+                if streaming:  # refused, and the same request unstreamed was answered: streaming was the cause
+                    log.info("%s does not stream: asking for whole replies from now on", where)
+                    self.streaming = False
                 yield whole.text
                 yield whole
                 return
@@ -267,9 +272,6 @@ class OpenAIChat:
             except openai.APIStatusError as exc:
                 if exc.status_code not in _NO_STREAMING:
                     raise
-                log.info("%s refused a streamed request (HTTP %d): asking for whole replies from now on", where,
-                         exc.status_code)
-                self.streaming = False
                 return None
 
     async def complete(self, prompt: str, *, model: str) -> Completion:

@@ -24,7 +24,7 @@ __all__ = ["FAULT_KINDS", "STREAM_MODES", "ChatRequest", "FakeOpenAIServer", "Re
 
 CHAT_PATH = "/v1/chat/completions"
 EMBEDDINGS_PATH = "/v1/embeddings"
-FAULT_KINDS = frozenset({"500", "429", "401", "timeout", "malformed", "empty_choices", "disconnect"})
+FAULT_KINDS = frozenset({"400", "500", "429", "401", "timeout", "malformed", "empty_choices", "disconnect"})
 _PATH_ALIASES = {"chat": CHAT_PATH, "embeddings": EMBEDDINGS_PATH}
 # What a request with `"stream": true` gets: Server-Sent Events as OpenAI sends them ("sse"), one whole
 # completion as if it had not asked ("whole", a server that ignores the field), or HTTP 400 ("refuse").
@@ -246,6 +246,8 @@ class FakeOpenAIServer:
 
     async def _fault(self, kind: str, request: web.Request, model: str) -> web.StreamResponse | None:
         """Produce the fault answer for `kind` (None means: carry on and answer normally)."""
+        if kind == "400":
+            return _bad_request("This model's maximum context length is 8192 tokens.")
         if kind == "500":
             return _error(500, "The server had an error while processing your request.", "server_error", None)
         if kind == "429":

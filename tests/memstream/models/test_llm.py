@@ -207,6 +207,18 @@ async def test_other_failures_of_a_streamed_request_are_errors_not_fallbacks(
     assert chat.streaming  # a server error says nothing of streaming
 
 
+async def test_a_bad_request_that_is_not_about_streaming_does_not_turn_it_off(
+        openai_server: FakeOpenAIServer, make: MakeClient) -> None:
+    openai_server.fail_next("400", times=2, path="chat")  # streamed and unstreamed: the request itself is wrong
+    chat = OpenAIChat(make())
+    with pytest.raises(CompletionError, match="HTTP 400"):
+        await _streamed(chat)
+    assert chat.streaming
+    openai_server.script("fine")
+    assert await _streamed(chat) == ["fine", Completion("fine", 1, 1)]
+    assert [r.body.get("stream") for r in openai_server.chat_requests[-1:]] == [True]
+
+
 async def test_streaming_off_asks_for_whole_replies(openai_server: FakeOpenAIServer, make: MakeClient) -> None:
     openai_server.script("whole")
     assert await _streamed(OpenAIChat(make(), streaming=False)) == ["whole", Completion("whole", 1, 1)]
