@@ -13,7 +13,7 @@ import pytest
 from memstream.errors import CompletionError
 from memstream.records import Source
 from memstream.stream import MemoryStream, Observation
-from memstream.testing import FakeClock
+from memstream.testing import FakeClock, ScriptedChat
 from tests.fakes.openai_server import ChatRequest, FakeOpenAIServer, pieces
 from tests.memstream.helpers import AGENT
 from tests.memstream.models.test_llm import PARTY, models_answer, persona
@@ -146,3 +146,17 @@ async def test_a_persona_can_turn_streaming_off(tmp_path: Path, server: FakeOpen
     finally:
         await memory.close()
     assert all(r.body.get("stream") is None for r in server.chat_requests)
+
+
+async def test_the_scripted_fake_streams_too(memory: MemoryStream, chat: ScriptedChat) -> None:
+    chat.on(AGENT, "Come to the party at five")
+    draft = await memory.start_reply("any plans?", speaker="Klaus")
+    assert [piece async for piece in draft.deltas()] == ["Come", " to", " the", " party", " at", " five"]
+    assert (await draft.finish()).text == "Come to the party at five"
+    chat.cut_after = 2
+    draft = await memory.start_reply("any plans?", speaker="Klaus")
+    assert [piece async for piece in draft.deltas()] == ["Come", " to"]
+    reply = await draft.finish()
+    assert reply.cut and reply.text == "Come to" and isinstance(draft.cut, CompletionError)
+    whole = await memory.respond("any plans?", speaker="Klaus")  # respond asks for the whole reply
+    assert whole.text == "Come to the party at five" and not whole.cut
