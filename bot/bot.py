@@ -100,6 +100,9 @@ class PersonaBot(commands.Bot):
         self._synced: set[int] = set()
         self._channels: dict[int, object] = {}
         self.damaged: set[str] = set()  # streams whose damaged storage was reported (once each)
+        # The messages of replies still being written, each with an event set once the reply and its trace are
+        # stored: "Why this reply?" on one of them waits for it.
+        self.writing: dict[int, asyncio.Event] = {}
         self._announced = False
 
     def report_damage(self, stream: str, exc: MemstreamError) -> None:

@@ -32,7 +32,7 @@ if _typing.TYPE_CHECKING:
     from memstream.index.reference import rank_reference
     from memstream.index.retriever import Retriever
     from memstream.models.embed import Embedder, OpenAIEmbedder, SentenceTransformerEmbedder
-    from memstream.models.llm import ChatModel, Completion, OpenAIChat
+    from memstream.models.llm import ChatModel, Completion, OpenAIChat, StreamingChatModel
     from memstream.models.roles import Models, RoleModel
     from memstream.prompts import Prompt, load_prompt
     from memstream.rate import Rater, Rating, parse_rating
@@ -51,8 +51,9 @@ if _typing.TYPE_CHECKING:
         TraceItem,
     )
     from memstream.reflect import Insight, Reflection, Reflector, parse_citations, parse_insights, parse_questions
+    from memstream.replying import Reply, ReplyDraft
     from memstream.store import Store
-    from memstream.stream import DEFAULT_STREAM, MemoryStream, Observation, Reply
+    from memstream.stream import DEFAULT_STREAM, MemoryStream, Observation
 
 # Loaded on first use (PEP 562): `memstream --help` and the modules that need only a few names do not pay
 # for numpy, the openai SDK and SQLite. The names and their modules, as imported above for type checkers.
@@ -64,7 +65,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "memstream.errors": ("CompletionError", "ConfigError", "EmbeddingError", "MemoryNotFound", "MemstreamError",
                          "MigrationError", "MissingKey", "MissingVariables", "PromptError", "ProviderError",
                          "SchemaTooNew", "StoreDamaged", "StoreError", "StoreFull", "StoreLocked", "StoreReadOnly"),
-    "memstream.models.llm": ("ChatModel", "Completion", "OpenAIChat"),
+    "memstream.models.llm": ("ChatModel", "Completion", "OpenAIChat", "StreamingChatModel"),
     "memstream.models.roles": ("Models", "RoleModel"),
     "memstream.prompts": ("Prompt", "load_prompt"),
     "memstream.rate": ("Rater", "Rating", "parse_rating"),
@@ -76,7 +77,8 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "memstream.index.reference": ("rank_reference",),
     "memstream.index.retriever": ("Retriever",),
     "memstream.store": ("Store",),
-    "memstream.stream": ("DEFAULT_STREAM", "MemoryStream", "Observation", "Reply"),
+    "memstream.replying": ("Reply", "ReplyDraft"),
+    "memstream.stream": ("DEFAULT_STREAM", "MemoryStream", "Observation"),
 }
 _OWNER = {name: module for module, names in _SOURCES.items() for name in names}
 
@@ -119,6 +121,7 @@ __all__ = [
     "Reflection",
     "Reflector",
     "Reply",
+    "ReplyDraft",
     "ReplyTrace",
     "Retriever",
     "RoleModel",
@@ -136,6 +139,7 @@ __all__ = [
     "StoreReadOnly",
     "StreamConfig",
     "StreamState",
+    "StreamingChatModel",
     "SystemClock",
     "TraceItem",
     "format_time",

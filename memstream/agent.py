@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
@@ -47,3 +47,10 @@ class Agent:
         prompt = self.render(situation=situation, memories=memories, at=at)
         reply = await self.models.complete("agent", prompt, stream=stream)
         return prompt, reply.strip()
+
+    def speak(self, prompt: str, *, stream: str, streamed: bool = True) -> AsyncGenerator[str, None]:
+        """The agent model's reply to a filled prompt, as it comes (in one piece unless `streamed`)."""
+        return self.models.stream("agent", prompt, stream=stream) if streamed else self._whole(prompt, stream)
+
+    async def _whole(self, prompt: str, stream: str) -> AsyncGenerator[str, None]:
+        yield await self.models.complete("agent", prompt, stream=stream)

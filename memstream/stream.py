@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -36,23 +35,13 @@ from memstream.records import (
     storable_id,
 )
 from memstream.reflect import Reflection, Reflector
+from memstream.replying import Reply, ReplyDraft
 from memstream.store import NewTrace, Store
 
-__all__ = ["DEFAULT_STREAM", "MemoryStream", "Observation", "Reply"]
+__all__ = ["DEFAULT_STREAM", "MemoryStream", "Observation", "Reply", "ReplyDraft"]
 
 log = logging.getLogger("memstream")
 ReflectionHook = Callable[[str], Awaitable[None]]
-
-
-@dataclass(frozen=True)
-class Reply:
-    """A persona's reply and what it was built from."""
-
-    text: str
-    prompt: str
-    memories: list[ScoredMemory]
-    trace_id: int
-    memory: Memory | None
 
 
 def _silent(step: str) -> None:
@@ -260,8 +249,28 @@ class MemoryStream:
         `reply_sent` (or `reply_unsent` if it could not be delivered), so a reply waits for no model call but
         the agent's. The message's own memory never fills one of the k places (observed here, or already
         stored from the Discord message `exclude_message`). `on_step` hears each step as it starts
-        ("observing", "retrieving", "answering"), for whoever shows the wait.
+        ("observing", "retrieving", "answering"), for whoever shows the wait. `start_reply` is the same,
+        the reply shown as it is written.
         """
+        draft = await self.start_reply(message, stream=stream, situation=situation, speaker=speaker, at=at,
+                                       observe_message=observe_message, source=source, reply_source=reply_source,
+                                       exclude_message=exclude_message, on_step=on_step, streamed=False)
+        async for _ in draft.deltas():
+            pass
+        reply = await draft.finish()
+        if not defer_reply:
+            await self.reply_sent(reply, [])
+        return reply
+
+    async def start_reply(self, message: str, *, stream: str = DEFAULT_STREAM, situation: str | None = None,
+                          speaker: str = "Someone", at: datetime | None = None, observe_message: bool = True,
+                          source: Source | None = None, reply_source: Source | None = None,
+                          exclude_message: str | None = None, on_step: Callable[[str], None] | None = None,
+                          streamed: bool = True) -> ReplyDraft:
+        """`respond`, the reply streamed: the message observed and the memories retrieved, a draft whose
+        `deltas` are the agent model's text as it comes (one piece from a model that does not stream, or
+        unless `streamed`) and whose `finish(shown)` stores what was shown, and the trace, in one
+        transaction; then `reply_sent` (or `reply_unsent`) as after `respond(defer_reply=True)`."""
         step = on_step or _silent
         when = at or self.clock.now()
         exclude: set[int] = set()
@@ -276,25 +285,27 @@ class MemoryStream:
             exclude.add(incoming.id)
         step("retrieving")
         memories = await self.retriever.retrieve(message, stream=stream, at=when, exclude=exclude)
-        situation = situation or f'{speaker} says to you: "{message}"'
         step("answering")
-        prompt, text = await self.agent.act(situation=situation, memories=memories, at=when, stream=stream)
+        prompt = self.agent.render(situation=situation or f'{speaker} says to you: "{message}"', memories=memories,
+                                   at=when)
         asked = source or Source()
-        own: Memory | None = None
-        # The reply's memory (pending) and its trace: both or neither.
-        async with self.ingest.persisting, self.store.transaction():
-            if text:
-                [(own_id, _)] = await self.ingest.persist([Observation(f"{self.name}: {text}", stream, when, None,
-                                                                 reply_source or Source(author=self.name))])
-                own = await self.store.get(own_id)
-            trace = await self.store.save_trace(NewTrace(
-                stream, to_timestamp(when), message, tuple(TraceItem.of(m) for m in memories),
-                None if own is None else own.id, query_memory_id=None if incoming is None else incoming.id,
-                query_message_id=asked.message_id or exclude_message, query_author_id=asked.author_id))
-        reply = Reply(text, prompt, memories, trace, own)
-        if not defer_reply:
-            await self.reply_sent(reply, [])
-        return reply
+
+        async def save(text: str, cut: bool) -> Reply:
+            own: Memory | None = None
+            # The reply's memory (pending) and its trace: both or neither.
+            async with self.ingest.persisting, self.store.transaction():
+                if text:
+                    [(own_id, _)] = await self.ingest.persist([Observation(
+                        f"{self.name}: {text}", stream, when, None, reply_source or Source(author=self.name))])
+                    own = await self.store.get(own_id)
+                trace = await self.store.save_trace(NewTrace(
+                    stream, to_timestamp(when), message, tuple(TraceItem.of(m) for m in memories),
+                    None if own is None else own.id, query_memory_id=None if incoming is None else incoming.id,
+                    query_message_id=asked.message_id or exclude_message, query_author_id=asked.author_id))
+            return Reply(text, prompt, memories, trace, own, cut)
+
+        return ReplyDraft(self.agent.speak(prompt, stream=stream, streamed=streamed), save, prompt=prompt,
+                          memories=memories)
 
     async def reply_sent(self, reply: Reply, message_ids: Sequence[str]) -> None:
         """The reply is out (as these Discord messages, if any): link them, then rate and embed its memory

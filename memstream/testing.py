@@ -8,18 +8,20 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import numpy.typing as npt
 
+from memstream.errors import CompletionError
 from memstream.models.llm import Completion
 
 __all__ = ["FakeClock", "FakeEmbedder", "ScriptedChat", "hash_embedding"]
 
 _WORD = re.compile(r"[a-z0-9']+")
+_PIECE = re.compile(r"\s*\S+|\s+")
 
 
 def hash_embedding(text: str, dim: int = 64) -> list[float]:
@@ -87,13 +89,15 @@ class ScriptedChat:
     """A ChatModel that answers by rules: the first rule whose needle is in the prompt answers.
 
     A rule's answer is a string, a list of strings (used in turn, the last one repeating), or a function
-    of (prompt, model). Every call is recorded in `calls` as (model, prompt).
+    of (prompt, model). Every call is recorded in `calls` as (model, prompt). It streams too (`stream`: a word
+    at a time); with `cut_after` a stream breaks after that many words, as a dropped connection does.
     """
 
     rules: list[tuple[str, str | list[str] | Responder]] = field(default_factory=list)
     default: str = "OK"
     calls: list[tuple[str, str]] = field(default_factory=list)
     fail_with: Exception | None = None
+    cut_after: int | None = None
     _used: dict[int, int] = field(default_factory=dict)
 
     def on(self, needle: str, answer: str | list[str] | Responder) -> ScriptedChat:
@@ -114,6 +118,15 @@ class ScriptedChat:
             if needle in prompt:
                 return Completion(self._answer(index, answer, prompt, model), len(prompt.split()), 1)
         return Completion(self.default, len(prompt.split()), 1)
+
+    async def stream(self, prompt: str, *, model: str) -> AsyncGenerator[str | Completion, None]:
+        """The answer `complete` gives, a word (with the space before it) at a time, then the Completion."""
+        done = await self.complete(prompt, model=model)
+        for n, piece in enumerate(_PIECE.findall(done.text)):
+            if self.cut_after is not None and n >= self.cut_after:
+                raise CompletionError("the scripted stream broke off", retryable=True)
+            yield piece
+        yield done
 
     def _answer(self, index: int, answer: str | list[str] | Responder, prompt: str, model: str) -> str:
         if isinstance(answer, str):

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
+from collections.abc import Iterable
 
 import discord
 from discord.ext import commands
 
 from bot.bot import PersonaBot
 from bot.cogs.observe import message_stream, watched
-from bot.render import split_message
+from bot.streaming import EDIT_EVERY, FIRST_AFTER, EditPace, GrowingReply
 from memstream import MemstreamError, ProviderError, Source, StoreDamaged
 
 __all__ = ["ChatCog", "setup"]
@@ -25,6 +27,10 @@ class ChatCog(commands.Cog):
     def __init__(self, bot: PersonaBot) -> None:
         self.bot = bot
         self.tasks: set[asyncio.Task[None]] = set()
+        self.pace = EditPace()  # the edits of every growing reply, per channel
+        # the message answered -> its reply while written, and its text (an edit that changes it forgets it)
+        self.answering: dict[int, tuple[GrowingReply, str]] = {}
+        self.first_after, self.edit_every = FIRST_AFTER, EDIT_EVERY
 
     async def cog_unload(self) -> None:
         for task in self.tasks:
@@ -52,6 +58,27 @@ class ChatCog(commands.Cog):
             task = asyncio.create_task(self.answer(message), name=f"answer-{message.id}")
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
+
+    @commands.Cog.listener()
+    async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
+        self._question_gone([payload.message_id])
+
+    @commands.Cog.listener()
+    async def on_raw_bulk_message_delete(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
+        self._question_gone(payload.message_ids)
+
+    @commands.Cog.listener()
+    async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
+        answering = self.answering.get(payload.message_id)
+        if answering is not None and payload.data.get("content", answering[1]) != answering[1]:
+            self._question_gone([payload.message_id])
+
+    def _question_gone(self, message_ids: Iterable[int]) -> None:
+        """A message being answered was deleted (or its text edited): its reply is built from what is forgotten,
+        so it is not remembered either (whatever was already sent of it stays on Discord)."""
+        for message_id in message_ids:
+            if message_id in self.answering:
+                self.answering[message_id][0].forgotten = True
 
     def query_of(self, message: discord.Message) -> str:
         """The message as a query: its text without the mention of the persona."""
@@ -85,23 +112,36 @@ class ChatCog(commands.Cog):
                 f'{message.author.display_name} says to you: "{query}"')
 
     async def answer(self, message: discord.Message) -> None:
-        """Think (typing), answer in parts of at most 2,000 characters, record what the reply was built from."""
+        """Think (typing), answer as the words come (one message growing by edits, more past 2,000 characters),
+        record what the reply was built from and what of it was sent."""
+        growing = GrowingReply(lambda text, first: self._send_safe(message, text, first=first), self._edit_safe,
+                               self.pace, message.channel.id, first_after=self.first_after,
+                               edit_every=self.edit_every, writing=self.bot.writing)
+        self.answering[message.id] = (growing, message.content)
+        try:
+            await self._answer(message, growing)
+        finally:
+            growing.written()
+            self.answering.pop(message.id, None)
+
+    async def _answer(self, message: discord.Message, growing: GrowingReply) -> None:
         memory, me = self.bot.memory, self.bot.user
         assert me is not None
         query = self.query_of(message)
         try:
-            async with message.channel.typing():
+            async with contextlib.AsyncExitStack() as typing:  # typing until the first words are out
+                await typing.enter_async_context(message.channel.typing())
                 situation = await self.situation(message, query)
-                reply = await memory.respond(
+                draft = await memory.start_reply(
                     query, stream=message_stream(message), situation=situation,
-                    speaker=message.author.display_name, observe_message=False,
-                    exclude_message=str(message.id), defer_reply=True,
+                    speaker=message.author.display_name, observe_message=False, exclude_message=str(message.id),
                     # whose message it answers: forgetting that message (or its author) forgets the trace
                     source=Source(author_id=str(message.author.id), message_id=str(message.id)),
                     reply_source=Source(author=self.bot.persona.name, author_id=str(me.id),
                                         channel=getattr(message.channel, "name", None),
                                         channel_id=str(message.channel.id)),
                 )
+                delivered = await growing.run(draft, typing.aclose)
         except ProviderError as exc:
             log.warning("could not answer message %s: %s", message.id, exc)
             await self._send_safe(message, "Sorry, I can't think straight right now. Try me again in a bit.")
@@ -113,31 +153,43 @@ class ChatCog(commands.Cog):
         except MemstreamError as exc:
             log.error("could not answer message %s: %s", message.id, exc)
             return
-        # The reply and its trace are stored (the reply as a pending memory): send first, then rate and embed
-        # it, so that an answer waits for no model call but the agent's.
-        sent: list[str] = []
-        for n, part in enumerate(split_message(reply.text) if reply.text.strip() else []):
-            msg = await self._send_safe(message, part, first=n == 0)
-            if msg is None:
-                break
-            sent.append(str(msg.id))
+        if draft.cut is not None:
+            log.warning("the reply to message %s broke off: %s", message.id, draft.cut)
+        # What was sent is what the persona said: stored with its trace once it is out, then rated and embedded,
+        # so that an answer waits for no model call but the agent's. Nothing sent: nothing said.
+        if not delivered or growing.forgotten:
+            await draft.close()
+            return
         try:
-            if sent:
-                await memory.reply_sent(reply, sent)
-            else:
-                await memory.reply_unsent(reply)
+            reply = await draft.finish(delivered)
+            await memory.link_reply(reply, growing.message_ids)
+            growing.written()  # "Why this reply?" can answer now
+            await memory.reply_sent(reply, [])
         except MemstreamError as exc:  # the reply is out; its memory stays pending and is completed later
             log.warning("could not record the reply to message %s: %s", message.id, exc)
 
     async def _send_safe(self, message: discord.Message, text: str, *, first: bool = True) -> discord.Message | None:
-        mentions = discord.AllowedMentions(everyone=False, users=False, roles=False, replied_user=first)
         try:
             if first:
-                return await message.reply(text, allowed_mentions=mentions)
-            return await message.channel.send(text, allowed_mentions=mentions)
+                return await message.reply(text, allowed_mentions=_mentions(first))
+            return await message.channel.send(text, allowed_mentions=_mentions(first))
         except discord.HTTPException as exc:
             log.warning("could not send a reply in %s: %s", message.channel.id, exc)
             return None
+
+    async def _edit_safe(self, sent: discord.Message, text: str, first: bool) -> bool:
+        try:
+            await sent.edit(content=text, allowed_mentions=_mentions(first))
+        except discord.HTTPException as exc:
+            log.warning("could not edit a reply in %s: %s", sent.channel.id, exc)
+            return False
+        return True
+
+
+def _mentions(first: bool) -> discord.AllowedMentions:
+    """A reply pings nobody (its text is the model's: @everyone, roles and users stay text); only the first
+    part of it, a reply to the message, notifies its author."""
+    return discord.AllowedMentions(everyone=False, users=False, roles=False, replied_user=first)
 
 
 async def setup(bot: commands.Bot) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -19,6 +21,7 @@ __all__ = ["MemoryCog", "is_manager", "setup"]
 
 log = logging.getLogger("bot.memory")
 PAGE = 10
+WRITING_WAIT = 120.0  # seconds "Why this reply?" waits for a reply still being written (deferred: up to 15 min)
 Interaction = discord.Interaction[discord.Client]
 T = TypeVar("T", bound=Callable[..., Any])
 
@@ -68,6 +71,10 @@ class MemoryCog(commands.Cog):
     async def why_reply(self, interaction: Interaction, message: discord.Message) -> None:
         """What one of the persona's replies was built from."""
         await interaction.response.defer(ephemeral=True, thinking=True)
+        writing = self.bot.writing.get(message.id)
+        if writing is not None:  # still being written: its trace is stored with it, at its end
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(writing.wait(), WRITING_WAIT)
         found = await self.bot.memory.explain_reply(message_id=str(message.id), stream=_stream(interaction))
         if found is None:
             await interaction.followup.send("That message is not one of my replies here (or I have forgotten "

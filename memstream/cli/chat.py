@@ -23,7 +23,8 @@ from memstream.text import visible
 
 if TYPE_CHECKING:
     from memstream.cli.options import Subparsers
-    from memstream.stream import MemoryStream, Reply
+    from memstream.replying import Reply, ReplyDraft
+    from memstream.stream import MemoryStream
 
 __all__ = ["CHAT_HELP", "add_parsers", "cmd_chat"]
 
@@ -78,6 +79,7 @@ class _Session:
     def __init__(self, memory: MemoryStream, args: argparse.Namespace, spin: Spinner) -> None:
         self.memory, self.args, self.spin = memory, args, spin
         self.last: Reply | None = None
+        self.draft: ReplyDraft | None = None
         self.remembering: asyncio.Future[None] | None = None
         self.step: str | None = None  # what respond is doing, while it answers
 
@@ -110,27 +112,50 @@ class _Session:
         return True
 
     async def say(self, text: str) -> None:
-        """Say a line to the persona and print its reply; the reply is remembered while the user reads. A turn
-        the model server (or a busy or full disk) fails is one line, and the chat goes on."""
+        """Say a line to the persona and print its reply as it comes; the reply is remembered while the user
+        reads. A turn the model server (or a busy or full disk) fails is one line, and the chat goes on."""
         args = self.args
         try:
             with self.spin:
                 await _remembered(self.remembering, self.spin)
                 self.remembering = None
                 self.step = "observing"
-                self.last = last = await self.memory.respond(text, stream=args.stream, speaker=args.speaker,
-                                                             at=args.at, defer_reply=True, on_step=self._show)
+                self.draft = await self.memory.start_reply(text, stream=args.stream, speaker=args.speaker,
+                                                           at=args.at, on_step=self._show)
+                await self._written(self.draft)
+            self.step = None
+            self.last = last = await self.draft.finish()
         except (ProviderError, StoreLocked, StoreFull) as exc:
             self.step = None
             print(visible(f"memstream: this turn failed: {exc}"), file=sys.stderr, flush=True)
             return
-        self.step = None
+        except asyncio.CancelledError:  # Ctrl-C: what was shown of the reply is what the persona said
+            if self.draft is not None and self.draft.text.strip() and self.step == "writing":
+                self.last = await self.draft.finish(self.draft.text)
+            raise
         self.remembering = asyncio.ensure_future(self.memory.reply_sent(last, []))
         if args.json:
-            print(json.dumps({"reply": last.text, "trace": last.trace_id,
+            print(json.dumps({"reply": last.text, "trace": last.trace_id, "cut": last.cut,
                               "memories": [scored_json(m, i) for i, m in enumerate(last.memories, 1)]}))
-        else:
-            print(visible(f"{self.memory.name}: {last.text}"), flush=True)
+        elif self.draft is not None and self.draft.cut is not None:
+            print(visible(f"memstream: the reply was cut off ({self.draft.cut}); what was shown is remembered"),
+                  file=sys.stderr, flush=True)
+
+    async def _written(self, draft: ReplyDraft) -> None:
+        """Print the reply as the model writes it (with --json: nothing until it is whole)."""
+        out = sys.stdout
+        async for piece in draft.deltas():
+            if self.args.json:
+                continue
+            if self.step != "writing":
+                self.step = "writing"
+                self.spin.stop()
+                out.write(visible(f"{self.memory.name}: "))
+            out.write(visible(piece))
+            out.flush()
+        if not self.args.json:
+            out.write("\n" if self.step == "writing" else visible(f"{self.memory.name}: ") + "\n")
+            out.flush()
 
     def _show(self, step: str) -> None:
         self.step = step
@@ -145,6 +170,8 @@ class _Session:
         """Ctrl-C: what it interrupted (None: nothing, the prompt). The last reply, if still being remembered,
         is left pending (the next command completes it)."""
         self.spin.stop()
+        if self.step == "writing":
+            return "the reply so far is remembered, cut off (a pending memory: the next command completes it)"
         if self.step is not None:
             return ("your line is remembered; there was no reply" if self.step in ("retrieving", "answering")
                     else "there was no reply; your line was being stored, and is kept if it was (pending)")

@@ -115,6 +115,8 @@ class ModelConfig:
     max_retries: int = 2
     # Fields added to each rating request, e.g. llama.cpp's {grammar = 'root ::= [1-9] | "10"'}.
     rater_extra_body: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    # Replies shown as the agent model writes them; false asks for whole replies (a server that streams badly).
+    stream_replies: bool = True
 
     def resolved_base_url(self, environ: Mapping[str, str] | None = None) -> str | None:
         """The base URL from the file, else OPENAI_BASE_URL, else None (OpenAI itself)."""
@@ -339,6 +341,7 @@ def _models(section: _Section) -> ModelConfig:
         max_retries=section.take("max_retries", _whole, d.max_retries, "must be a whole number"),
         rater_extra_body=section.take("rater_extra_body", _request_fields, d.rater_extra_body,
                                       "must be a table of request fields other than model and messages"),
+        stream_replies=section.take("stream_replies", _flag, d.stream_replies, "must be true or false"),
     )
     section.done(keys)
     if cfg.base_url and not cfg.base_url.startswith(("http://", "https://")):

@@ -44,4 +44,4 @@ def connect_models(persona: PersonaConfig, environ: Mapping[str, str] | None = N
         embedder = SentenceTransformerEmbedder.load(models.embedding.removeprefix("local:"))
     else:
         embedder = OpenAIEmbedder(client, model=models.embedding, dimensions=models.embedding_dimensions)
-    return OpenAIChat(client), embedder, client
+    return OpenAIChat(client, streaming=models.stream_replies), embedder, client

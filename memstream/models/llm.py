@@ -5,9 +5,9 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import openai
 
@@ -15,8 +15,10 @@ from memstream.config import check_base_url, redact_text
 from memstream.errors import CompletionError, ProviderError
 from memstream.store.policy import bounded_count
 
-__all__ = ["CALL_COUNT_MAX", "ChatModel", "Completion", "OpenAIChat", "call_count", "make_client",
-           "map_provider_errors", "post_json", "raw_requests", "redact_url"]
+__all__ = ["CALL_COUNT_MAX", "ChatModel", "Completion", "OpenAIChat", "StreamingChatModel", "call_count",
+           "make_client", "map_provider_errors", "post_json", "raw_requests", "redact_url"]
+
+log = logging.getLogger(__name__)
 
 # The most tokens (or retries) one model call is believed to have used: a model server's numbers are untrusted
 # input, and one absurd reply (2**64 - 1 prompt tokens) must not poison the totals it is added to.
@@ -43,6 +45,16 @@ class ChatModel(Protocol):
     """Anything that completes a prompt with a named model."""
 
     async def complete(self, prompt: str, *, model: str) -> Completion: ...
+
+
+@runtime_checkable
+class StreamingChatModel(Protocol):
+    """A chat model that can also stream: its reply's text as it comes (str deltas), then one Completion (the
+    whole text and what it cost). A ProviderError may come after some deltas: the reply broke off there."""
+
+    async def complete(self, prompt: str, *, model: str) -> Completion: ...
+
+    def stream(self, prompt: str, *, model: str) -> AsyncGenerator[str | Completion, None]: ...
 
 
 def redact_url(text: str) -> str:
@@ -160,15 +172,107 @@ def describe(client: openai.AsyncOpenAI, model: str) -> str:
     return f"the model server at {redact_url(str(client.base_url)).rstrip('/')} (model {model})"
 
 
+# What a server that does not stream answers to `"stream": true` (bad request, unprocessable, not implemented).
+_NO_STREAMING = frozenset({400, 422, 501})
+
+
+def _whole(data: Any, where: str, retries: int) -> Completion:
+    """A whole chat completion (decoded JSON) as a Completion; the first choice's text."""
+    choices = data["choices"]
+    if not choices:
+        raise CompletionError(f"{where} returned no choices", retryable=True)
+    text = choices[0]["message"].get("content") or ""
+    if not isinstance(text, str):
+        raise TypeError("content is not text")
+    usage = data.get("usage") or {}
+    if not isinstance(usage, Mapping):
+        usage = {}
+    return Completion(text=text, prompt_tokens=call_count(usage.get("prompt_tokens")),
+                      completion_tokens=call_count(usage.get("completion_tokens")), retries=retries)
+
+
+async def _broken_off(chunks: AsyncIterator[Any], where: str) -> AsyncIterator[Any]:
+    """The chunks of a stream; a connection lost (or timed out) in the middle is the reply broken off."""
+    try:
+        async for chunk in chunks:
+            yield chunk
+    except openai.APIConnectionError as exc:
+        raise CompletionError(f"{where} broke off its reply (the connection was lost)", retryable=True) from exc
+
+
 class OpenAIChat:
     """Chat completions through openai.AsyncOpenAI."""
 
     def __init__(self, client: openai.AsyncOpenAI, *, temperature: float | None = None,
-                 extra_body: Mapping[str, Any] | None = None) -> None:
+                 extra_body: Mapping[str, Any] | None = None, streaming: bool = True) -> None:
         self.client = client
         self.temperature = temperature
         # Fields the server understands beyond OpenAI's (llama.cpp's `grammar`), sent with every request.
         self.extra_body = dict(extra_body or {})
+        # False: `stream` asks for the whole reply (a persona's [models] stream_replies, for a server that
+        # streams badly); it also becomes False once the server refused a streamed request and answered it
+        # unstreamed (a 400 the unstreamed request gets too was not about streaming).
+        self.streaming = streaming
+
+    async def stream(self, prompt: str, *, model: str) -> AsyncGenerator[str | Completion, None]:
+        """The reply's text as the server sends it, then the Completion. A server that refuses to stream (HTTP
+        400, 422 or 501 to `"stream": true`) or answers with one whole body is asked the usual way from then on:
+        the caller sees one delta, never an error. A stream that breaks after some text raises CompletionError
+        (what came before it was yielded)."""
+        where = describe(self.client, model)
+        async with contextlib.AsyncExitStack() as stack:
+            streaming = self.streaming
+            response = await self._open_stream(stack, prompt, model, where) if streaming else None
+            if response is None:
+                whole = await self.complete(prompt, model=model)
+                if streaming:  # refused, and the same request unstreamed was answered: streaming was the cause
+                    log.info("%s does not stream: asking for whole replies from now on", where)
+                    self.streaming = False
+                yield whole.text
+                yield whole
+                return
+            retries = call_count(response.retries_taken)
+            if "text/event-stream" not in response.headers.get("content-type", ""):
+                self.streaming = False  # it ignores the field: one whole completion, as if not asked
+                with map_provider_errors(CompletionError, where):
+                    whole = _whole(await response.json(), where, retries)
+                yield whole.text
+                yield whole
+                return
+            parts: list[str] = []
+            usage: Any = None
+            finished = False
+            with map_provider_errors(CompletionError, where):
+                chunks = await response.parse()
+                async for chunk in _broken_off(chunks, where):
+                    usage = chunk.usage or usage
+                    for choice in chunk.choices:
+                        if choice.index != 0:
+                            continue
+                        finished = finished or choice.finish_reason is not None
+                        text = choice.delta.content if choice.delta is not None else None
+                        if text:
+                            parts.append(text)
+                            yield text
+            if not finished:
+                raise CompletionError(f"{where} ended its reply before the end (no finish reason)", retryable=True)
+            yield Completion(text="".join(parts), prompt_tokens=call_count(getattr(usage, "prompt_tokens", 0)),
+                             completion_tokens=call_count(getattr(usage, "completion_tokens", 0)), retries=retries)
+
+    async def _open_stream(self, stack: contextlib.AsyncExitStack, prompt: str, model: str,
+                           where: str) -> Any | None:
+        """The streamed response, its body not yet read; None if the server refuses to stream."""
+        with map_provider_errors(CompletionError, where):
+            try:
+                return await stack.enter_async_context(self.client.chat.completions.with_streaming_response.create(
+                    model=model, messages=[{"role": "user", "content": prompt}], stream=True,
+                    stream_options={"include_usage": True},
+                    temperature=openai.omit if self.temperature is None else self.temperature,
+                    extra_body=self.extra_body or None))
+            except openai.APIStatusError as exc:
+                if exc.status_code not in _NO_STREAMING:
+                    raise
+                return None
 
     async def complete(self, prompt: str, *, model: str) -> Completion:
         """One user message in, the first choice's text out."""
@@ -180,17 +284,7 @@ class OpenAIChat:
                 body["temperature"] = self.temperature
             with map_provider_errors(CompletionError, where):
                 data, retries = await post_json(self.client, "/chat/completions", body)
-                choices = data["choices"]
-                if not choices:
-                    raise CompletionError(f"{where} returned no choices", retryable=True)
-                text = choices[0]["message"].get("content") or ""
-                if not isinstance(text, str):
-                    raise TypeError("content is not text")
-                usage = data.get("usage") or {}
-                if not isinstance(usage, Mapping):
-                    usage = {}
-                return Completion(text=text, prompt_tokens=call_count(usage.get("prompt_tokens")),
-                                  completion_tokens=call_count(usage.get("completion_tokens")), retries=retries)
+                return _whole(data, where, retries)
         with map_provider_errors(CompletionError, where):
             raw = await self.client.chat.completions.with_raw_response.create(
                 model=model, messages=[{"role": "user", "content": prompt}],

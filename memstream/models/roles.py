@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncGenerator, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 
@@ -13,7 +13,7 @@ import numpy.typing as npt
 
 from memstream.errors import EmbeddingError, ProviderError
 from memstream.models.embed import Embedder, RetryMeter, TokenMeter, normalize_rows
-from memstream.models.llm import ChatModel, call_count
+from memstream.models.llm import ChatModel, Completion, StreamingChatModel, call_count
 from memstream.store import Store, UsageRow
 from memstream.store.policy import bounded_count
 
@@ -52,6 +52,33 @@ class Models:
         await self._count(stream, role, prompt_tokens=result.prompt_tokens,
                           completion_tokens=result.completion_tokens, retries=result.retries)
         return result.text
+
+    async def stream(self, role: str, prompt: str, *, stream: str) -> AsyncGenerator[str, None]:
+        """Ask the model of `role`, its reply's text as it comes (one piece from a model that does not stream);
+        counted once it ends. A ProviderError after some text: the reply broke off there (counted a failure)."""
+        target = self.roles[role]
+        if not isinstance(target.chat, StreamingChatModel):
+            yield await self.complete(role, prompt, stream=stream)
+            return
+        done: Completion | None = None
+        failed = False
+        try:
+            async with contextlib.aclosing(target.chat.stream(prompt, model=target.model)) as items:
+                async for item in items:
+                    if isinstance(item, Completion):
+                        done = item
+                    elif item:
+                        yield item
+        except ProviderError:
+            failed = True
+            await self._count(stream, role, failures=1)
+            raise
+        finally:
+            if done is None and not failed:  # the reader left before the end: a call all the same, written
+                self._add(stream, role, (1, 0, 0, 0, 0))  # with the next counts (no await while it leaves)
+        if done is not None:
+            await self._count(stream, role, prompt_tokens=done.prompt_tokens,
+                              completion_tokens=done.completion_tokens, retries=done.retries)
 
     # -- usage -------------------------------------------------------------------------------------
 

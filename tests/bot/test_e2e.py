@@ -7,6 +7,7 @@ import logging
 
 import pytest
 
+from memstream import ExplainedReply
 from memstream.store import retry_delay
 from tests.bot.conftest import INSIGHTS, QUESTIONS, World, until
 
@@ -48,8 +49,9 @@ async def test_mention_is_answered_from_the_party_invitation(world: World) -> No
     assert "what are you doing tonight" not in listing  # the question itself takes no memory slot
     assert "Maria says to you" in prompt and "toast and jam" in prompt  # the channel's last messages
     invite_id = await world.stored(world.town, invite)
-    explained = await world.memory.explain_reply(message_id=str(reply.id))
-    assert explained is not None and explained.trace.items[0].memory_id == invite_id
+    # stored with the reply once it is out (streamed: after its last edit), as the trace a whole reply has
+    explained = await until(lambda: world.memory.explain_reply(message_id=str(reply.id)), "the reply's trace")
+    assert isinstance(explained, ExplainedReply) and explained.trace.items[0].memory_id == invite_id
 
 
 async def test_crossing_the_threshold_runs_one_reflection_and_why_shows_its_evidence(world: World) -> None:

@@ -660,7 +660,7 @@ class RequestRecord:
 
 @dataclass
 class RateLimitHit:
-    """A request answered with 429 because of ``rate_limit_next``."""
+    """A request answered with 429: because of ``rate_limit_next``, or past ``edit_limit`` (rule "edit_limit")."""
 
     method: str
     path: str
@@ -716,6 +716,8 @@ class SentMessage:
     interaction_id: int | None = None
     deleted: bool = False
     edits: list[JSON] = field(default_factory=list)
+    sent_at: float = field(default_factory=time.monotonic)  # when it was created (time.monotonic)
+    edited_at: list[float] = field(default_factory=list)  # when each of `edits` was applied
 
     @property
     def id(self) -> int:
@@ -966,6 +968,10 @@ class FakeDiscord:
         self.followup_window = 15 * 60.0
         self.enforce_command_permissions = True
         self.application_flags = (1 << 19) | (1 << 15) | (1 << 23)
+        # Edits of channel messages allowed per channel per window (count, seconds), as Discord's limit of about
+        # 5 per 5 s: one more is answered 429 (and listed in rate_limited). None: no limit.
+        self.edit_limit: tuple[int, float] | None = (5, 5.0)
+        self._edit_times: dict[int, list[float]] = {}
         # Records.
         self.requests: list[RequestRecord] = []
         self.unknown_routes: list[tuple[str, str]] = []
@@ -2029,22 +2035,39 @@ class FakeDiscord:
         for index, (substring, retry_after, is_global) in enumerate(self._rate_limit_rules):
             if substring in key:
                 del self._rate_limit_rules[index]
-                self.rate_limited.append(RateLimitHit(method, rel, retry_after, substring, is_global))
-                headers = {
-                    "retry-after": str(math.ceil(retry_after)),
-                    "x-ratelimit-limit": "5",
-                    "x-ratelimit-remaining": "0",
-                    "x-ratelimit-reset": f"{time.time() + retry_after:.3f}",
-                    "x-ratelimit-reset-after": f"{retry_after:.3f}",
-                    "x-ratelimit-bucket": "fakebucket" + secrets.token_hex(8),
-                    "x-ratelimit-scope": "global" if is_global else "user",
-                    # discord.py treats a 429 without Via as a Cloudflare ban and does not retry.
-                    "via": "1.1 google",
-                }
-                if is_global:
-                    headers["x-ratelimit-global"] = "true"
-                body = {"message": "You are being rate limited.", "retry_after": retry_after, "global": is_global}
-                return _json_response(body, status=429, headers=headers)
+                return self._too_many(method, rel, retry_after, substring, is_global)
+        return None
+
+    def _too_many(self, method: str, rel: str, retry_after: float, rule: str, is_global: bool) -> web.Response:
+        """A 429 as Discord sends it (discord.py waits and retries), recorded in ``rate_limited``."""
+        self.rate_limited.append(RateLimitHit(method, rel, retry_after, rule, is_global))
+        headers = {
+            "retry-after": str(math.ceil(retry_after)),
+            "x-ratelimit-limit": "5",
+            "x-ratelimit-remaining": "0",
+            "x-ratelimit-reset": f"{time.time() + retry_after:.3f}",
+            "x-ratelimit-reset-after": f"{retry_after:.3f}",
+            "x-ratelimit-bucket": "fakebucket" + secrets.token_hex(8),
+            "x-ratelimit-scope": "global" if is_global else "user",
+            # discord.py treats a 429 without Via as a Cloudflare ban and does not retry.
+            "via": "1.1 google",
+        }
+        if is_global:
+            headers["x-ratelimit-global"] = "true"
+        body = {"message": "You are being rate limited.", "retry_after": retry_after, "global": is_global}
+        return _json_response(body, status=429, headers=headers)
+
+    def _edit_limited(self, channel_id: int, rel: str) -> web.Response | None:
+        """The 429 for an edit past ``edit_limit`` in this channel; else the edit is counted."""
+        if self.edit_limit is None:
+            return None
+        count, window = self.edit_limit
+        now = time.monotonic()
+        times = [t for t in self._edit_times.get(channel_id, []) if now - t < window]
+        self._edit_times[channel_id] = times
+        if len(times) >= count:
+            return self._too_many("PATCH", rel, round(window - (now - times[0]), 3) + 0.001, "edit_limit", False)
+        times.append(now)
         return None
 
     async def _unknown(self, request: web.Request) -> web.StreamResponse:
@@ -2400,10 +2423,14 @@ class FakeDiscord:
             raise DiscordAPIError(403, 50005, "Cannot edit a message authored by another user")
         body: JSON = request[_BODY_KEY] or {}
         self._validate_message(body, request[_FILES_KEY], partial=True, prefix=())
+        limited = self._edit_limited(channel.id, request.path[len(API_PREFIX):])
+        if limited is not None:
+            return limited
         self._apply_edit(message, body, request[_FILES_KEY])
         sent = self._sent_by_id.get(int(message["id"]))
         if sent is not None:
             sent.edits.append(body)
+            sent.edited_at.append(time.monotonic())
         await self._dispatch_message("MESSAGE_UPDATE", message, channel)
         return _json_response(self.render_message(message, gateway=False))
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
+import re
 import struct
 import time
 import uuid
@@ -18,12 +20,16 @@ from aiohttp import web
 
 from memstream.testing import hash_embedding
 
-__all__ = ["FAULT_KINDS", "ChatRequest", "FakeOpenAIServer", "RecordedRequest"]
+__all__ = ["FAULT_KINDS", "STREAM_MODES", "ChatRequest", "FakeOpenAIServer", "RecordedRequest", "pieces"]
 
 CHAT_PATH = "/v1/chat/completions"
 EMBEDDINGS_PATH = "/v1/embeddings"
-FAULT_KINDS = frozenset({"500", "429", "401", "timeout", "malformed", "empty_choices", "disconnect"})
+FAULT_KINDS = frozenset({"400", "500", "429", "401", "timeout", "malformed", "empty_choices", "disconnect"})
 _PATH_ALIASES = {"chat": CHAT_PATH, "embeddings": EMBEDDINGS_PATH}
+# What a request with `"stream": true` gets: Server-Sent Events as OpenAI sends them ("sse"), one whole
+# completion as if it had not asked ("whole", a server that ignores the field), or HTTP 400 ("refuse").
+STREAM_MODES = frozenset({"sse", "whole", "refuse"})
+_PIECE = re.compile(r"\s*\S+|\s+")
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,11 @@ ChatResponder = Callable[[ChatRequest], str]
 def _tokens(text: str) -> int:
     """Approximate token count: whitespace-separated words."""
     return len(text.split())
+
+
+def pieces(text: str) -> list[str]:
+    """A reply cut as a streaming server sends it: one word (with the space before it) per chunk."""
+    return _PIECE.findall(text)
 
 
 def _content_text(content: Any) -> str:
@@ -104,6 +115,11 @@ class FakeOpenAIServer:
         # Usage fields every reply reports instead of the counted ones (a server's numbers are untrusted:
         # {"prompt_tokens": 2**64 - 1} plays one that lies).
         self.usage: dict[str, Any] = {}
+        # Streamed replies (`"stream": true`): how (STREAM_MODES), the pause before each chunk, and
+        # `stream_cut_after`: after that many text chunks the connection is dropped (a stream that breaks).
+        self.stream_mode = "sse"
+        self.stream_delay = 0.0
+        self.stream_cut_after: int | None = None
         self._script: deque[str] = deque()
         self._responder: ChatResponder | None = None
         self._faults: list[tuple[str, str | None]] = []
@@ -230,6 +246,8 @@ class FakeOpenAIServer:
 
     async def _fault(self, kind: str, request: web.Request, model: str) -> web.StreamResponse | None:
         """Produce the fault answer for `kind` (None means: carry on and answer normally)."""
+        if kind == "400":
+            return _bad_request("This model's maximum context length is 8192 tokens.")
         if kind == "500":
             return _error(500, "The server had an error while processing your request.", "server_error", None)
         if kind == "429":
@@ -292,9 +310,45 @@ class FakeOpenAIServer:
         prompt = "\n".join(_content_text(m.get("content")) for m in messages)
         req = ChatRequest(model=str(body.get("model", "")), messages=messages, prompt=prompt, body=body)
         self.chat_requests.append(req)
-        completion = self._completion(req.model, self._reply(req), _tokens(prompt))
+        if body.get("stream") is True and self.stream_mode == "refuse":
+            return _bad_request("streaming is not supported by this server")
+        text = self._reply(req)
+        if body.get("stream") is True and self.stream_mode == "sse":
+            return await self._stream(request, req, text, _tokens(prompt))
+        completion = self._completion(req.model, text, _tokens(prompt))
         completion["usage"].update(self.usage)
         return web.json_response(completion)
+
+    async def _stream(self, request: web.Request, req: ChatRequest, text: str,
+                      prompt_tokens: int) -> web.StreamResponse:
+        """The reply as OpenAI streams it: `data: {chunk}` events, a word each (the first with the role), the
+        finish reason, the usage when stream_options asks for it, then `data: [DONE]`."""
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        base = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion.chunk",
+                "created": int(time.time()), "model": req.model}
+
+        async def send(choices: list[dict[str, Any]], **extra: Any) -> None:
+            await response.write(f"data: {json.dumps({**base, 'choices': choices, **extra})}\n\n".encode())
+
+        await send([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+        for n, piece in enumerate(pieces(text)):
+            if self.stream_cut_after is not None and n >= self.stream_cut_after:
+                if request.transport is not None:
+                    request.transport.abort()
+                raise asyncio.CancelledError  # the connection is gone mid-reply
+            await self._sleep(self.stream_delay)
+            await send([{"index": 0, "delta": {"content": piece}, "finish_reason": None}])
+        await send([{"index": 0, "delta": {}, "finish_reason": "stop"}])
+        options = req.body.get("stream_options")
+        if isinstance(options, dict) and options.get("include_usage"):
+            completion_tokens = _tokens(text)
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                     "total_tokens": prompt_tokens + completion_tokens, **self.usage}
+            await send([], usage=usage)
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
 
     async def _handle_embeddings(self, request: web.Request) -> web.StreamResponse:
         """POST /v1/embeddings."""

@@ -381,6 +381,23 @@ async def test_rate_limited_send_is_retried_by_discord_py(world: World) -> None:
     assert message.content == "after the limit" and fake.sent_messages[-1].id == message.id
 
 
+async def test_edits_past_five_in_five_seconds_are_rate_limited_and_recorded(world: World) -> None:
+    fake = world.fake
+    fake.edit_limit = (5, 1.0)  # Discord's count, in a shorter window for the test
+    message = await text_channel(world).send("v0")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    for n in range(1, 7):
+        await message.edit(content=f"v{n}")  # the sixth waits for the window: discord.py retries the 429
+    assert loop.time() - started >= 0.5
+    [hit] = fake.rate_limited
+    assert hit.rule == "edit_limit" and hit.method == "PATCH" and 0 < hit.retry_after <= 1.001
+    sent = fake.sent_messages[-1]
+    assert [e["content"] for e in sent.edits] == [f"v{n}" for n in range(1, 7)]
+    assert len(sent.edited_at) == 6 and sent.edited_at == sorted(sent.edited_at) and sent.sent_at <= sent.edited_at[0]
+    assert sent.content == "v6"
+
+
 async def test_file_upload_history_typing_and_unknown_routes(world: World) -> None:
     fake = world.fake
     channel = text_channel(world)

@@ -7,6 +7,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import aiohttp
 import openai
 import pytest
 from openai.types.chat import ChatCompletionContentPartTextParam, ChatCompletionMessageParam
@@ -381,3 +382,53 @@ async def test_require_api_key(server: FakeOpenAIServer, make_client: MakeClient
     assert len(server.requests) == 3
     assert len(server.chat_requests) == 1
     assert server.requests[-1].headers["Authorization"] == "Bearer sk-right"
+
+
+# -- streaming -------------------------------------------------------------------------------------
+
+
+async def _events(server: FakeOpenAIServer, body: dict[str, Any]) -> tuple[int, str, list[str]]:
+    """POST a chat request as raw HTTP: the status, the content type and the SSE `data:` payloads."""
+    async with aiohttp.ClientSession() as session, session.post(f"{server.base_url}/chat/completions",
+                                                                json=body) as response:
+        text = await response.text()
+    events = [block.removeprefix("data: ") for block in text.split("\n\n") if block]
+    return response.status, response.content_type, events
+
+
+async def test_a_streamed_reply_is_server_sent_events_as_openai_sends_them(server: FakeOpenAIServer) -> None:
+    server.script("Come to my party!")
+    body = {"model": "m", "messages": USER, "stream": True, "stream_options": {"include_usage": True}}
+    status, kind, events = await _events(server, body)
+    assert (status, kind, events[-1]) == (200, "text/event-stream", "[DONE]")
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert {c["object"] for c in chunks} == {"chat.completion.chunk"} and len({c["id"] for c in chunks}) == 1
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    texts = [c["choices"][0]["delta"].get("content") for c in chunks[1:-2]]
+    assert texts == ["Come", " to", " my", " party!"]
+    assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 4
+
+
+async def test_the_real_client_reads_the_stream(server: FakeOpenAIServer, client: Client) -> None:
+    server.script("one two three")
+    stream = await client.chat.completions.create(model="m", messages=USER, stream=True)
+    texts = [chunk.choices[0].delta.content async for chunk in stream if chunk.choices]
+    assert "".join(t or "" for t in texts) == "one two three"
+
+
+async def test_stream_modes_refuse_and_whole_and_a_stream_cut_off(server: FakeOpenAIServer) -> None:
+    body = {"model": "m", "messages": USER, "stream": True}
+    server.stream_mode = "refuse"
+    status, _, _ = await _events(server, body)
+    assert status == 400
+    server.stream_mode = "whole"
+    server.script("all at once")
+    status, kind, [whole] = await _events(server, body)
+    assert (status, kind) == (200, "application/json")
+    assert json.loads(whole)["choices"][0]["message"]["content"] == "all at once"
+    server.stream_mode = "sse"
+    server.stream_cut_after = 1
+    server.script("one two three")
+    with pytest.raises(aiohttp.ClientPayloadError):
+        await _events(server, body)

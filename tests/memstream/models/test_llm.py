@@ -14,11 +14,11 @@ import pytest
 from memstream.config import ModelConfig, PersonaConfig, StreamConfig
 from memstream.errors import CompletionError, ConfigError, EmbeddingError, ProviderError
 from memstream.models.embed import OpenAIEmbedder
-from memstream.models.llm import OpenAIChat, make_client
+from memstream.models.llm import Completion, OpenAIChat, make_client
 from memstream.records import Source
 from memstream.stream import MemoryStream, Observation
 from memstream.testing import FakeClock, hash_embedding
-from tests.fakes.openai_server import ChatRequest, FakeOpenAIServer
+from tests.fakes.openai_server import ChatRequest, FakeOpenAIServer, pieces
 from tests.memstream.helpers import AGENT, INSIGHTS, QUESTIONS, RATER, memory_text
 
 MakeClient = Callable[..., openai.AsyncOpenAI]
@@ -158,6 +158,71 @@ async def test_connection_refused(make: MakeClient) -> None:
     assert info.value.retryable
     with pytest.raises(EmbeddingError, match=f"cannot reach the model server at {re.escape(base_url)}"):
         await OpenAIEmbedder(client, model="e").embed_batch(["hello"])
+
+
+# -- streamed chat ---------------------------------------------------------------------------------
+
+
+async def _streamed(chat: OpenAIChat, prompt: str = "hi") -> list[str | Completion]:
+    return [item async for item in chat.stream(prompt, model="gpt-fake")]
+
+
+async def test_stream_yields_the_pieces_then_the_completion(openai_server: FakeOpenAIServer, make: MakeClient) -> None:
+    openai_server.script("I'm going to Isabella's party tonight")
+    *texts, done = await _streamed(OpenAIChat(make()), "You are Maria.\nWhat do you do next?")
+    assert texts == pieces("I'm going to Isabella's party tonight")
+    assert done == Completion("I'm going to Isabella's party tonight", prompt_tokens=8, completion_tokens=6)
+    [request] = openai_server.chat_requests
+    assert request.body["stream"] is True and request.body["stream_options"] == {"include_usage": True}
+
+
+async def test_a_stream_cut_off_raises_after_what_came(openai_server: FakeOpenAIServer, make: MakeClient) -> None:
+    openai_server.script("one two three four five")
+    openai_server.stream_cut_after = 2
+    got: list[str | Completion] = []
+    with pytest.raises(CompletionError, match="broke off its reply") as caught:
+        async for item in OpenAIChat(make()).stream("hi", model="gpt-fake"):
+            got.append(item)
+    assert got == ["one", " two"] and caught.value.retryable
+
+
+@pytest.mark.parametrize("mode", ["refuse", "whole"])
+async def test_a_server_that_does_not_stream_is_asked_for_whole_replies(
+        openai_server: FakeOpenAIServer, make: MakeClient, mode: str) -> None:
+    openai_server.stream_mode = mode
+    openai_server.script("first reply", "second reply")
+    chat = OpenAIChat(make())
+    assert await _streamed(chat) == ["first reply", Completion("first reply", 1, 2)]
+    assert await _streamed(chat) == ["second reply", Completion("second reply", 1, 2)]
+    assert [r.body.get("stream") for r in openai_server.chat_requests] == (
+        [True, None, None] if mode == "refuse" else [True, None])
+
+
+async def test_other_failures_of_a_streamed_request_are_errors_not_fallbacks(
+        openai_server: FakeOpenAIServer, make: MakeClient) -> None:
+    openai_server.fail_next("500", path="chat")
+    chat = OpenAIChat(make())
+    with pytest.raises(CompletionError, match="HTTP 500"):
+        await _streamed(chat)
+    assert chat.streaming  # a server error says nothing of streaming
+
+
+async def test_a_bad_request_that_is_not_about_streaming_does_not_turn_it_off(
+        openai_server: FakeOpenAIServer, make: MakeClient) -> None:
+    openai_server.fail_next("400", times=2, path="chat")  # streamed and unstreamed: the request itself is wrong
+    chat = OpenAIChat(make())
+    with pytest.raises(CompletionError, match="HTTP 400"):
+        await _streamed(chat)
+    assert chat.streaming
+    openai_server.script("fine")
+    assert await _streamed(chat) == ["fine", Completion("fine", 1, 1)]
+    assert [r.body.get("stream") for r in openai_server.chat_requests[-1:]] == [True]
+
+
+async def test_streaming_off_asks_for_whole_replies(openai_server: FakeOpenAIServer, make: MakeClient) -> None:
+    openai_server.script("whole")
+    assert await _streamed(OpenAIChat(make(), streaming=False)) == ["whole", Completion("whole", 1, 1)]
+    assert "stream" not in openai_server.chat_requests[0].body
 
 
 # -- a whole memory stream over HTTP ---------------------------------------------------------------
