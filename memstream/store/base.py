@@ -201,6 +201,10 @@ class StoreInterface(Protocol):
         """A memory with its evidence, down to observations (forgotten ones left out)."""
         ...
 
+    async def evidence_links(self, stream: str) -> dict[int, list[int]]:
+        """Every reflection of a stream and the memories it cites, in citation order (the index's grounding)."""
+        ...
+
     # -- deleting
 
     async def delete(self, ids: Iterable[int], *, messages: Sequence[str] = (),
