@@ -47,9 +47,11 @@ class Evidence(EvidenceWalk, Loading):
         return [int(row[0]) for row in rows]
 
     async def evidence_links(self, stream: str) -> dict[int, list[int]]:
-        """Every reflection of a stream (ready or not) and the memories it cites, in citation order."""
+        """Every reflection of a stream (ready or not) and the memories it cites, in citation order. Read from
+        the evidence pointers (a reflection cites one memory at least: min_citations), never a scan of the
+        stream's memories."""
         rows = await self._rows(
-            "SELECT m.id, e.memory_id FROM memories m LEFT JOIN evidence e ON e.reflection_id = m.id "
-            "WHERE m.stream = %s AND m.kind = 'reflection' ORDER BY m.id, e.position", (stream,))
+            "SELECT e.reflection_id, e.memory_id FROM evidence e JOIN memories m ON m.id = e.reflection_id "
+            "WHERE m.stream = %s ORDER BY e.reflection_id, e.position", (stream,))
         return links(rows)
 
