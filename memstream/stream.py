@@ -11,6 +11,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from memstream.agent import Agent
+from memstream.calibration import rater_check
 from memstream.clock import Clock, SystemClock, to_timestamp
 from memstream.config import PersonaConfig, StreamConfig
 from memstream.errors import ProviderError
@@ -29,6 +30,7 @@ from memstream.records import (
     ExplainedReply,
     Memory,
     Observation,
+    RaterCheck,
     ScoredMemory,
     Source,
     Stats,
@@ -410,4 +412,11 @@ class MemoryStream:
         return Stats(counts=await store.counts(stream), pending=await store.pending_state(stream),
                      usage=await store.usage(stream), faults=await store.faults(stream),
                      retries=await store.retries(stream), reflection_threshold=self.config.reflection_threshold,
-                     state=None if stream is None else await store.state(stream))
+                     state=None if stream is None else await store.state(stream),
+                     rater=await self.rater_check(stream))
+
+    async def rater_check(self, stream: str | None = None) -> RaterCheck | None:
+        """The rater's latest ratings (of one stream, or of all) against the flat-rater rule
+        (memstream.calibration); None when the alarm is off (`rater_alarm_window = 0`)."""
+        window = self.config.rater_alarm_window
+        return rater_check(await self.store.recent_ratings(stream, window), window) if window else None

@@ -72,6 +72,8 @@ class StreamConfig:
     lexical_weight: float = 0.4  # `hybrid`: the share of relevance that comes from keywords (BM25)
     # `hybrid`: a reflection's score loses grounding_weight * (1 - its grounding), memstream.index.grounding (0: off)
     grounding_weight: float = 0.0
+    # the rater's latest ratings checked for flatness (memstream.calibration), over this many; 0: off
+    rater_alarm_window: int = 50
     screen_mb: int = 256  # memory for a stream's int16 screen (screen.py): pass 1 reads half the bytes; 0: none
 
     @classmethod
@@ -99,6 +101,9 @@ class StreamConfig:
                 raise ConfigError(f"{name} must be a number >= 0, got {value!r}")
         if not _is_number(self.decay) or not 0 < self.decay <= 1:
             raise ConfigError(f"decay must be a number in (0, 1], got {self.decay!r}")
+        window = self.rater_alarm_window
+        if not isinstance(window, int) or isinstance(window, bool) or not (window == 0 or window >= 20):
+            raise ConfigError(f"rater_alarm_window must be 0 (off) or a whole number >= 20, got {window!r}")
         for name, low in (("k", 1), ("reflection_threshold", 1), ("recent_for_questions", 1),
                           ("min_citations", 1), ("max_concurrency", 1), ("embed_batch_size", 1), ("screen_mb", 0)):
             value = getattr(self, name)

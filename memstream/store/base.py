@@ -275,6 +275,11 @@ class StoreInterface(Protocol):
         """Pending observations: how many, their failed attempts, when the next retry is due."""
         ...
 
+    async def recent_ratings(self, stream: str | None, limit: int) -> list[int]:
+        """The importance the rater gave the latest `limit` observations it rated, newest first (of a stream,
+        or of every stream): the flat-rater alarm's input (memstream.calibration)."""
+        ...
+
     async def counts(self, stream: str | None = None) -> Counts:
         """Counts by kind and status, the importance histogram and fallback ratings."""
         ...
