@@ -159,3 +159,24 @@ async def test_a_reflection_on_reflections_gives_way_to_what_happened_and_follow
             assert vectors.grounding is not None and vectors.grounding.value == {}
             assert vectors.ids.tolist() == [b]
         assert await _top(kept, on) == await _reference(store, on) == [b]
+
+
+async def test_an_edit_of_what_a_reflection_cites_takes_its_grounding_with_it(store: Store) -> None:
+    on = StreamConfig.for_profile("hybrid")
+    index = VectorIndex(store, lexical=True, grounding=True)
+    a, b = await store.insert([_memory("we had a picnic in the park", [0.9, 0.3, 0, 0]),
+                               _memory("the picnic was on sunday", [0.8, 0.5, 0, 0])])
+    [r1] = await store.save_reflection(STREAM, [(_memory("Klaus likes picnics", [0.9, 0.2, 0, 0], "reflection",
+                                                         1, 2000.0), [a])], 2000.0)
+    [r2] = await store.save_reflection(STREAM, [(_memory("picnic picnic", [1.0, 0.0, 0, 0], "reflection", 2,
+                                                         3000.0), [r1, b])], 3000.0)
+    async with index.locked(STREAM) as vectors:
+        assert vectors.grounding is not None and vectors.grounding.value == {r1: 1.0, r2: 0.75}
+    async with store.transaction():  # an edited message, as MemoryStream.edit_message writes it
+        await store.delete([a], keep=[a])  # what was drawn from the old text goes
+        await store.update_text(a, "we had lunch at home")  # pending again, out of retrieval
+    async with index.locked(STREAM) as vectors:
+        assert vectors.grounding is not None and vectors.grounding.value == {}
+        assert vectors.ids.tolist() == [b]
+    assert await store.evidence_links(STREAM) == {}
+    assert await _top(index, on) == await _reference(store, on) == [b]
