@@ -58,7 +58,28 @@ def table(results: dict[str, Any]) -> str:
         lines += ["", "4. Reply overhead (respond() with instant models; target median <= 30 ms)",
                   f"   {_n(r['n'])} x {r['dim']}: median {r['median_ms']:.1f} ms, p90 {r['p90_ms']:.1f} ms "
                   f"(explain alone {r['explain_median_ms']:.1f} ms), {r['mentions']} mentions"]
+    if "reflection" in results:
+        lines += _reflection(results["reflection"])
     return "\n".join(lines)
+
+
+def _reflection(result: dict[str, Any]) -> list[str]:
+    """Case 5's lines (bench/reflection.py)."""
+    off = result["stream_grown_without_guard"]
+    lines = ["", f"5. Runaway reflection: depth >= 2 reflections in the top 5 ({result['days']} days, "
+                 f"{result['queries']} questions about facts and {result['open_questions']} open ones; "
+                 f"guard = grounding_weight, default {result['default_weight']})",
+             f"   replay with the guard off: {off['reflections']} reflections, {off['depth_2_or_more']} of depth >= 2, "
+             f"deepest {off['deepest']}",
+             f"   {'grounding_weight':>16} {'deep share':>10} {'hit@5':>6}"]
+    for row in result["same_stream"]:
+        label = f"{row['grounding_weight']:g}" + (" (off)" if row["grounding_weight"] == 0 else "")
+        lines.append(f"   {label:>16} {row['deep_share']:10.1%} {row['hit_at_5']:6.1%}")
+    on = result["stream_grown_with_guard"]
+    lines.append(f"   replay with the guard on ({on['grounding_weight']:g}): {on['reflections']} reflections, "
+                 f"{on['depth_2_or_more']} of depth >= 2; deep share {on['deep_share']:.1%}, "
+                 f"hit@5 {on['hit_at_5']:.1%}")
+    return lines
 
 
 def plot(results: dict[str, Any], path: Path) -> Path:

@@ -38,6 +38,7 @@ class ReflectionScheduler:
         self.runs: list[str] = []
         self._started = False
         self._running: set[str] = set()
+        self._rater_flat = False  # the flat-rater alarm is in the log already
 
     def start(self) -> None:
         """Start the scheduler (inside the running event loop)."""
@@ -104,12 +105,23 @@ class ReflectionScheduler:
         except asyncio.CancelledError:
             log.info("retrying pending observations stopped by the shutdown")
 
+    async def check_rater(self) -> None:
+        """Say in the log, once, that the rater's latest ratings are flat (memstream.calibration); once more only
+        if they vary again and then go flat again."""
+        check = await self.memory.rater_check()
+        flat = check is not None and check.flat
+        if check is not None and flat and not self._rater_flat:
+            log.warning("importance ratings: %s (see memstream doctor; README: Importance ratings)", check.text())
+        self._rater_flat = flat
+
     async def check(self) -> None:
-        """The periodic job: finish pending observations, then reflect on every stream that is due."""
+        """The periodic job: finish pending observations, reflect on every stream that is due, and look at the
+        rater's latest ratings."""
         try:
             await self.retry_pending()
             for stream in await self.memory.due_streams():
                 await self.request(stream)  # (only this process's streams)
+            await self.check_rater()
         except MemstreamError as exc:
             log.warning("periodic check failed: %s", exc)
         except asyncio.CancelledError:

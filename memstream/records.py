@@ -11,8 +11,8 @@ from typing import Any, Literal
 from memstream.errors import MemoryNotFound
 
 __all__ = ["DEFAULT_STREAM", "ID_MAX", "Counts", "EvidenceNode", "ExplainedReply", "Memory", "Observation",
-           "PendingState", "ReplyTrace", "RoleUsage", "ScoredMemory", "Source", "Stats", "StreamState", "TraceItem",
-           "storable_id"]
+           "PendingState", "RaterCheck", "ReplyTrace", "RoleUsage", "ScoredMemory", "Source", "Stats", "StreamState",
+           "TraceItem", "storable_id"]
 
 Kind = Literal["observation", "reflection"]
 DEFAULT_STREAM = "default"
@@ -172,6 +172,35 @@ class RoleUsage:
 
 
 @dataclass(frozen=True)
+class RaterCheck:
+    """The rater's latest ratings against the flat-rater rule (memstream.calibration): how many were looked at
+    (up to `window`), their standard deviation, the commonest value and its share, and the verdict."""
+
+    ratings: int
+    window: int
+    spread: float
+    value: int | None
+    share: float
+    flat: bool
+
+    def text(self) -> str:
+        """One line for an operator."""
+        if self.ratings < self.window:
+            return f"{self.ratings} of the {self.window} ratings the flat-rater check needs so far"
+        if self.flat:
+            return (f"the rater looks miscalibrated: {round(self.share * self.ratings)} of its last {self.ratings} "
+                    f"ratings are {self.value} (standard deviation {self.spread:.2f}); importance no longer tells "
+                    "memories apart, and retrieval falls back to recency and relevance")
+        return (f"its last {self.ratings} ratings vary (standard deviation {self.spread:.2f}; the commonest, "
+                f"{self.value}, {self.share:.0%})")
+
+    def to_json(self) -> dict[str, Any]:
+        """As JSON data."""
+        return {"flat": self.flat, "ratings": self.ratings, "window": self.window, "spread": round(self.spread, 4),
+                "value": self.value, "share": round(self.share, 4)}
+
+
+@dataclass(frozen=True)
 class Stats:
     """What MemoryStream.stats tells of one stream (with its reflection progress, `state`) or of all of them."""
 
@@ -182,6 +211,7 @@ class Stats:
     retries: Mapping[str, int]  # requests the model client retried, by role
     reflection_threshold: int
     state: StreamState | None = None  # one stream's; None for the whole store
+    rater: RaterCheck | None = None  # the flat-rater check of the same memories (None: switched off)
 
     def to_json(self) -> dict[str, Any]:
         """The stats as JSON data (`memstream stats --json`): these keys, in this order."""
@@ -192,7 +222,7 @@ class Stats:
             "failed_attempts": pending.failed_attempts,
             "next_retry_at": None if pending.next_retry_at is None else pending.next_retry_at.isoformat(),
             "usage": {role: asdict(use) for role, use in self.usage.items()}, "faults": dict(self.faults),
-            "retries": dict(self.retries)}
+            "retries": dict(self.retries), "rater": None if self.rater is None else self.rater.to_json()}
         state = self.state
         if state is not None:
             last = state.last_reflection_at

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from memstream.reflect import Reflection
 
 __all__ = ["because_text", "compact_ranges", "faults_text", "histogram_lines", "memory_json", "pending_text",
-           "questions_text", "ranking_lines", "scored_json", "short", "tree_json", "tree_lines", "usage_lines"]
+           "questions_text", "ranking_lines", "rater_alarm", "scored_json", "short", "tree_json", "tree_lines",
+           "usage_lines"]
 
 
 def compact_ranges(numbers: Iterable[int]) -> list[str]:
@@ -126,6 +127,13 @@ def usage_lines(stats: Stats, *, compact: bool = False) -> list[str]:
         lines.append(f"{role}: {usage.calls} call(s), {usage.failures} failed, "
                      f"{stats.retries.get(role, 0)} retried, {tokens}")
     return lines
+
+
+def rater_alarm(stats: Stats) -> str | None:
+    """The flat-rater alarm of these stats' memories (memstream.calibration), or None when the ratings vary,
+    are too few yet, or the check is off."""
+    check = stats.rater
+    return check.text() if check is not None and check.flat else None
 
 
 def faults_text(faults: Mapping[str, int]) -> str:

@@ -10,10 +10,11 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from memstream.agent import Agent
+from memstream.calibration import rater_check
 from memstream.clock import Clock, SystemClock, to_timestamp
 from memstream.config import PersonaConfig, StreamConfig
 from memstream.errors import ProviderError
-from memstream.index.profiles import uses_lexical
+from memstream.index.profiles import uses_grounding, uses_lexical
 from memstream.index.retriever import Retriever, RetrieverLike
 from memstream.index.vector_index import VectorIndex
 from memstream.ingest import Ingest
@@ -28,6 +29,7 @@ from memstream.records import (
     ExplainedReply,
     Memory,
     Observation,
+    RaterCheck,
     ScoredMemory,
     Source,
     Stats,
@@ -61,7 +63,8 @@ class MemoryStream:
         self.clock: Clock = clock or SystemClock()
         self.tz = tz or ZoneInfo("UTC")
         self.models = Models(store, embedder, rater=rater, reflector=reflector, agent=agent)
-        self.index = VectorIndex(store, lexical=uses_lexical(self.config), screen_bytes=self.config.screen_mb << 20)
+        self.index = VectorIndex(store, lexical=uses_lexical(self.config), grounding=uses_grounding(self.config),
+                                 screen_bytes=self.config.screen_mb << 20)
         self.retriever = Retriever(store, self.index, self.models, self.config, self.clock)
         self.rater = Rater(self.models, agent_name=name, faults=store)
         self.ingest = Ingest(store, self.models, self.rater, self.config, self.clock)
@@ -420,4 +423,11 @@ class MemoryStream:
         return Stats(counts=await store.counts(stream), pending=await store.pending_state(stream),
                      usage=await store.usage(stream), faults=await store.faults(stream),
                      retries=await store.retries(stream), reflection_threshold=self.config.reflection_threshold,
-                     state=None if stream is None else await store.state(stream))
+                     state=None if stream is None else await store.state(stream),
+                     rater=await self.rater_check(stream))
+
+    async def rater_check(self, stream: str | None = None) -> RaterCheck | None:
+        """The rater's latest ratings (of one stream, or of all) against the flat-rater rule
+        (memstream.calibration); None when the alarm is off (`rater_alarm_window = 0`)."""
+        window = self.config.rater_alarm_window
+        return rater_check(await self.store.recent_ratings(stream, window), window) if window else None

@@ -15,7 +15,7 @@ from discord.ext import commands
 from bot.bot import PersonaBot, stream_key
 from bot.render import evidence_lines, fit, memory_line, ranking_lines
 from memstream import MemoryNotFound
-from memstream.render import because_text, faults_text, pending_text, questions_text, usage_lines
+from memstream.render import because_text, faults_text, pending_text, questions_text, rater_alarm, usage_lines
 
 __all__ = ["MemoryCog", "is_manager", "setup"]
 
@@ -173,6 +173,9 @@ class MemoryCog(commands.Cog):
         lines += usage_lines(stats, compact=True)
         if stats.faults:
             lines.append(f"Faults: {faults_text(stats.faults)}")
+        alarm = rater_alarm(stats)
+        if alarm is not None:
+            lines.append(f"Warning: {alarm}.")
         await interaction.response.send_message(fit(lines), ephemeral=True)
 
 

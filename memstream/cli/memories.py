@@ -20,6 +20,7 @@ from memstream.render import (
     pending_text,
     questions_text,
     ranking_lines,
+    rater_alarm,
     scored_json,
     short,
     tree_json,
@@ -122,6 +123,9 @@ async def cmd_stats(memory: MemoryStream, args: argparse.Namespace) -> int:
     lines += usage_lines(stats)
     if stats.faults:
         lines.append(f"faults: {faults_text(stats.faults)}")
+    alarm = rater_alarm(stats)
+    if alarm is not None:
+        lines.append(f"warning: {alarm} (README: Importance ratings)")
     emit(args, {**stats.to_json(), "streams": streams, "database": database}, lines)
     return 0
 

@@ -43,7 +43,7 @@ T = TypeVar("T")
 PROFILE_NAMES = ("spec", "hybrid")
 # A profile's weights when the persona file does not set them (measured: README, "Retrieval over months").
 PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "hybrid": {"weight_recency": 0.05, "weight_importance": 0.2, "weight_relevance": 1.0},
+    "hybrid": {"weight_recency": 0.05, "weight_importance": 0.2, "weight_relevance": 1.0, "grounding_weight": 0.5},
 }
 # Not profiles a persona runs with: what `memstream eval` compares the profiles against (memstream.index.profiles).
 BASELINES: dict[str, dict[str, object]] = {
@@ -70,6 +70,10 @@ class StreamConfig:
     profile: str = "spec"
     recency_from: str = "access"
     lexical_weight: float = 0.4  # `hybrid`: the share of relevance that comes from keywords (BM25)
+    # `hybrid`: a reflection's score loses grounding_weight * (1 - its grounding), memstream.index.grounding (0: off)
+    grounding_weight: float = 0.0
+    # the rater's latest ratings checked for flatness (memstream.calibration), over this many; 0: off
+    rater_alarm_window: int = 50
     screen_mb: int = 256  # memory for a stream's int16 screen (screen.py): pass 1 reads half the bytes; 0: none
 
     @classmethod
@@ -87,12 +91,19 @@ class StreamConfig:
             raise ConfigError(f"recency_from must be one of access, created, both, got {self.recency_from!r}")
         if not _is_number(self.lexical_weight) or not 0 <= self.lexical_weight <= 1:
             raise ConfigError(f"lexical_weight must be a number from 0 to 1, got {self.lexical_weight!r}")
+        if not _is_number(self.grounding_weight) or self.grounding_weight < 0:
+            raise ConfigError(f"grounding_weight must be a number >= 0, got {self.grounding_weight!r}")
+        if self.grounding_weight and self.profile != "hybrid":
+            raise ConfigError("grounding_weight belongs to the hybrid profile (spec is the paper's formula exactly)")
         for name in ("weight_recency", "weight_importance", "weight_relevance"):
             value = getattr(self, name)
             if not _is_number(value) or value < 0:
                 raise ConfigError(f"{name} must be a number >= 0, got {value!r}")
         if not _is_number(self.decay) or not 0 < self.decay <= 1:
             raise ConfigError(f"decay must be a number in (0, 1], got {self.decay!r}")
+        window = self.rater_alarm_window
+        if not isinstance(window, int) or isinstance(window, bool) or not (window == 0 or window >= 20):
+            raise ConfigError(f"rater_alarm_window must be 0 (off) or a whole number >= 20, got {window!r}")
         for name, low in (("k", 1), ("reflection_threshold", 1), ("recent_for_questions", 1),
                           ("min_citations", 1), ("max_concurrency", 1), ("embed_batch_size", 1), ("screen_mb", 0)):
             value = getattr(self, name)

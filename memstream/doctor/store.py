@@ -37,6 +37,7 @@ class DatabaseState:
     dimensions: int | None = None
     model: str | None = None  # the embedding model recorded as the maker of its vectors
     reembedding: str | None = None  # the model a re-embedding under way (or stopped) moves it to
+    current: bool = False  # its schema is this memstream's: opening it through the store migrates nothing
 
 
 def check_sqlite(binding: Callable[[], types.ModuleType] = sqlite_module,
@@ -136,7 +137,7 @@ def _inspect(conn: Any, path: Path) -> tuple[list[Check], DatabaseState]:
         row = conn.execute("SELECT value FROM meta WHERE key = 'reembed_to'").fetchone()
         reembedding = None if row is None else str(row[0])
     return [schema, integrity], DatabaseState(exists=True, dimensions=dimensions, model=model,
-                                              reembedding=reembedding)
+                                              reembedding=reembedding, current=version == known)
 
 
 def check_database_url(url: str) -> tuple[list[Check], DatabaseState]:
@@ -176,7 +177,7 @@ def check_database_url(url: str) -> tuple[list[Check], DatabaseState]:
         schema = Check.ok("schema", f"{where}: PostgreSQL schema {version:04d}{left}")
     dimensions = int(row[0]) if row and str(row[0]).isdigit() else None
     return [schema], DatabaseState(exists=True, dimensions=dimensions, model=None if made is None else str(made[0]),
-                                   reembedding=None if moving is None else str(moving[0]))
+                                   reembedding=None if moving is None else str(moving[0]), current=version == known)
 
 
 def check_dimensions(state: DatabaseState, returned: int | None, configured: int | None, model: str) -> Check:

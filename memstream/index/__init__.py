@@ -5,7 +5,7 @@
     spec.py        the paper's formula exactly, in two passes (exact.py: the passes and their Ranked answer)
     hybrid.py      the `hybrid` profile exactly: dense and lexical (lexical.py: BM25) relevance
     reference.py   rank_reference: the formula one memory at a time in plain Python, the test oracle
-    profiles.py    the scoring profiles
+    profiles.py    the scoring profiles; grounding.py: how well each reflection rests on observations (hybrid)
     vector_index.py  VectorIndex: the loaded streams, kept in step by the store's events (the only writer)
     vectors.py     StreamVectors: one stream's float32 matrix and columns; screen.py: its int16 copy
 

@@ -5,13 +5,13 @@ float64. As for `spec` (spec.py), by exact.py's two passes: a float32 pass over 
 within a bound, and the memories that bound cannot separate from the top k, with the extremes the normalization
 needs, are scored again with the reference's own operations. The lexical scores are the reference's already
 (lexical.py), and recency from creation needs no power per memory per query: one cached exponential per row,
-rescaled.
+rescaled. A reflection's grounding (grounding.py) is query-free too: its term joins that cached part.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -31,6 +31,7 @@ from memstream.index.exact import (
     query_norm,
     scaled,
 )
+from memstream.index.grounding import Grounding, grounding_reference
 from memstream.index.lexical import bm25_reference
 from memstream.index.profiles import min_max
 from memstream.index.reference import cosine, normalized
@@ -51,10 +52,11 @@ class _Lexical(NamedTuple):
 
 def rank_hybrid_reference(memories: Sequence[tuple[int, float, float, float, Sequence[float], str]],
                           query: Sequence[float], query_text: str, now: float, config: StreamConfig,
-                          k: int) -> list[int]:
+                          k: int, *, evidence: Mapping[int, Sequence[int]] | None = None) -> list[int]:
     """The profile one memory at a time in plain Python: the test oracle.
 
-    `memories` are (id, created, last_accessed, importance, embedding, text); returns the top k ids.
+    `memories` are (id, created, last_accessed, importance, embedding, text); `evidence` maps each reflection
+    of the stream to what it cites (grounding.py; None: none); returns the top k ids.
     """
     if not memories:
         return []
@@ -63,12 +65,15 @@ def rank_hybrid_reference(memories: Sequence[tuple[int, float, float, float, Seq
     cos = normalized([cosine(m[4], query) for m in memories])
     lex = bm25_reference([m[5] for m in memories], query_text)
     top, share = max(lex), config.lexical_weight
+    grounded = grounding_reference(evidence or {})
     scored = []
     for i, m in enumerate(memories):
         relevance = (1.0 - share) * cos[i]
         if top > 0.0:
             relevance = relevance + share * (lex[i] / top)
         score = config.weight_recency * rec[i] + config.weight_importance * imp[i] + config.weight_relevance * relevance
+        if config.grounding_weight > 0:
+            score = score - config.grounding_weight * (1.0 - grounded.get(m[0], 1.0))
         scored.append((-score, -m[1], -m[0]))
     scored.sort()
     return [-s[2] for s in scored[:k]]
@@ -95,20 +100,30 @@ def _recency(vectors: StreamVectors, now: float, decay: float) -> tuple[F64, flo
     return min_max(np.power(decay, np.maximum(now - created, 0.0) / 3600.0)), _PROXY_ERROR
 
 
+def _grounding(vectors: StreamVectors, config: StreamConfig) -> Grounding | None:
+    """The stream's grounding when the profile weighs it (None: every memory counts as grounded)."""
+    return vectors.grounding if config.grounding_weight > 0 else None
+
+
 def _query_free(vectors: StreamVectors, now: float, config: StreamConfig) -> tuple[F64, float]:
-    """w_rec * recency + w_imp * importance for every row (possibly shared), and its error bound. From the newest
-    creation on, it does not depend on the time of the query: it is computed once per set of rows."""
-    wr, wi = config.weight_recency, config.weight_importance
+    """w_rec * recency + w_imp * importance - w_g * (1 - grounding) for every row (possibly shared), and its error
+    bound. From the newest creation on, it does not depend on the time of the query: it is computed once per set
+    of rows (and of groundings)."""
+    wr, wi, wg = config.weight_recency, config.weight_importance, config.grounding_weight
+    grounding = _grounding(vectors, config)
 
     def make() -> F64:
         recency, _ = _recency(vectors, now, config.decay)
         lim = vectors.limits()
         out: F64 = wr * recency + wi * scaled(vectors.importance, lim["imp_min"], lim["imp_max"])
+        if grounding is not None:
+            out -= wg * (1.0 - grounding.column(vectors.ids))
         return out
 
     if config.decay != 1.0 and now < float(vectors.created.max()):
         return make(), wr * _PROXY_ERROR
-    return vectors.memo(("hybrid", config.decay, wr, wi), make), wr * _PROXY_ERROR
+    version = None if grounding is None else (wg, grounding.version)
+    return vectors.memo(("hybrid", config.decay, wr, wi, version), make), wr * _PROXY_ERROR
 
 
 def rank_hybrid(vectors: StreamVectors, query: npt.NDArray[np.float32], text: str | None, now: float,
@@ -189,5 +204,8 @@ def _exact(vectors: StreamVectors, query: F64, q_norm: float, now: float, config
         relevance = relevance + share * (lexical.scores[rows] / lexical.top)
     score = (config.weight_recency * recency + config.weight_importance * importance
              + config.weight_relevance * relevance)
+    grounding = _grounding(vectors, config)
+    if grounding is not None:
+        score = score - config.grounding_weight * (1.0 - grounding.column(vectors.ids[rows]))
     order = np.lexsort((-vectors.ids[rows], -created[rows], -score))[:k]
     return Ranked(rows[order], score[order], recency[order], importance[order], relevance[order], cos[order])

@@ -9,8 +9,12 @@ months"). Each part is normalized over the whole stream as in `spec`, but:
     relevance  = (1 - L) * minmax(cosine) + L * bm25 / max(bm25)    L = lexical_weight (0.4); bm25: lexical.py
     recency    = minmax(decay ** hours since *creation*)              being retrieved wins a memory nothing
     importance = minmax(importance)
+    score      = 0.05 * recency + 0.2 * importance + 1 * relevance - G * (1 - grounding)    G = grounding_weight (0.5)
 
-with weights 0.05, 0.2, 1 unless the persona file sets them. Keywords find what embeddings miss (names,
+with those weights unless the persona file sets them. `grounding` is 1 for an observation and an insight drawn
+from observations, 0.5 for an insight drawn from such insights, less the further from what happened
+(grounding.py): reflections on reflections cannot crowd out what happened (the spec's runaway reflection);
+`grounding_weight = 0` switches it off. Keywords find what embeddings miss (names,
 places, rare words); recency from creation cannot make stale favourites (a memory retrieved often is not
 retrieved more for it), and its small weight breaks ties towards the newer memory instead of burying the old.
 
@@ -28,10 +32,11 @@ import numpy.typing as npt
 from memstream.config import BASELINES, PROFILE_NAMES, StreamConfig
 from memstream.store.arrays import F64
 
-__all__ = ["BASELINES", "PROFILES", "configured", "min_max", "score_parts", "uses_lexical"]
+__all__ = ["BASELINES", "PROFILES", "configured", "min_max", "score_parts", "uses_grounding", "uses_lexical"]
 
 PROFILES = PROFILE_NAMES
-_SCORING = ("profile", "weight_recency", "weight_importance", "weight_relevance", "recency_from", "lexical_weight")
+_SCORING = ("profile", "weight_recency", "weight_importance", "weight_relevance", "recency_from", "lexical_weight",
+            "grounding_weight")
 
 
 def configured(config: StreamConfig, profile: str) -> StreamConfig:
@@ -43,6 +48,11 @@ def configured(config: StreamConfig, profile: str) -> StreamConfig:
     if profile in BASELINES:
         return replace(StreamConfig(), **{**keep, **BASELINES[profile]})
     return StreamConfig.for_profile(profile, **keep)
+
+
+def uses_grounding(config: StreamConfig) -> bool:
+    """Whether scoring needs each reflection's grounding (grounding.py)."""
+    return config.profile == "hybrid" and config.grounding_weight > 0
 
 
 def uses_lexical(config: StreamConfig) -> bool:

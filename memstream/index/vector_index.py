@@ -14,9 +14,11 @@ import numpy as np
 
 from memstream.index import _kernels as kernels
 from memstream.index import _pages as pages
+from memstream.index.grounding import Grounding
 from memstream.index.vectors import SCREEN_BYTES, StreamVectors
 from memstream.store import Store
 from memstream.store.events import (
+    EvidenceSaved,
     MemoriesReady,
     MemoriesRemoved,
     MemoriesTouched,
@@ -44,9 +46,11 @@ class VectorIndex:
     loaded matrix (each is idempotent), so none is lost to the race between the load's snapshot and the write.
     """
 
-    def __init__(self, store: Store, *, lexical: bool = False, screen_bytes: int = SCREEN_BYTES) -> None:
+    def __init__(self, store: Store, *, lexical: bool = False, grounding: bool = False,
+                 screen_bytes: int = SCREEN_BYTES) -> None:
         self.store = store
         self.lexical = lexical  # keep a lexical index of each stream beside its matrix
+        self.grounding = grounding  # and each reflection's grounding (grounding.py)
         self.screen_bytes = screen_bytes  # for each stream's screen (StreamVectors.screen)
         self._streams: dict[str, StreamVectors] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -80,11 +84,14 @@ class VectorIndex:
     async def _load(self, stream: str) -> StreamVectors:
         generation = self._generation.get(stream, 0)
         try:
+            evidence = await self.store.evidence_links(stream) if self.grounding else None
             arrays = await self.store.load_stream(stream, texts=self.lexical)
             vectors = await asyncio.to_thread(StreamVectors, arrays, copy=False, screen_bytes=self.screen_bytes)
             pages.collapse_in_background(vectors)
             if self.lexical:
                 await asyncio.to_thread(vectors.index_texts, arrays.ids.tolist(), arrays.texts or [])
+            if evidence is not None:
+                vectors.grounding = Grounding(evidence)
             for op in self._journals.get(stream, []):
                 op(vectors)
             if self._generation.get(stream, 0) == generation:
@@ -142,6 +149,8 @@ class VectorIndex:
                 self._touched(event)
             elif isinstance(event, MemoryUpdated):
                 self._write(event.stream, _updated(event))
+            elif isinstance(event, EvidenceSaved):
+                self._write(event.stream, _grounded(event))
             elif isinstance(event, MemoriesRemoved):
                 for stream in sorted(set(self._streams) | set(self._journals)):
                     self._write(stream, _removed(event))
@@ -206,6 +215,14 @@ class VectorIndex:
 
 def _updated(event: MemoryUpdated) -> Op:
     return lambda vectors: vectors.update(event.memory_id, event.embedding, event.text)
+
+
+def _grounded(event: EvidenceSaved) -> Op:
+    def op(vectors: StreamVectors) -> None:  # (setting a value: replayed on a load's snapshot, the same)
+        if vectors.grounding is not None:
+            vectors.grounding.add(event.reflections)
+
+    return op
 
 
 def _removed(event: MemoriesRemoved) -> Op:

@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from memstream.index import _kernels as kernels
 from memstream.index import _pages as pages
+from memstream.index.grounding import Grounding
 from memstream.index.lexical import StreamTerms
 from memstream.index.screen import Screen
 from memstream.store import StreamArrays
@@ -51,6 +52,7 @@ class StreamVectors:
         self.screen_rows, self.screen_bytes = screen_rows, screen_bytes
         self._screen: Screen | None = None
         self.terms: StreamTerms | None = None  # the lexical index, when the profile uses one (index_texts)
+        self.grounding: Grounding | None = None  # each reflection's grounding, when the profile uses it
         self._yc: tuple[float, F64, float] | None = None
         self._memo: dict[object, F64] = {}
         self.dim = 0
@@ -291,6 +293,8 @@ class StreamVectors:
 
     def remove(self, ids: Sequence[int]) -> None:
         """Drop rows: each hole is filled with the last row, so a removal costs O(rows removed)."""
+        if self.grounding is not None:
+            self.grounding.discard(ids)
         found = np.sort(self.rows_of(ids))[::-1]
         if found.size == 0:
             return

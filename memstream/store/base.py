@@ -201,6 +201,10 @@ class StoreInterface(Protocol):
         """A memory with its evidence, down to observations (forgotten ones left out)."""
         ...
 
+    async def evidence_links(self, stream: str) -> dict[int, list[int]]:
+        """Every reflection of a stream and the memories it cites, in citation order (the index's grounding)."""
+        ...
+
     # -- deleting
 
     async def delete(self, ids: Iterable[int], *, messages: Sequence[str] = (),
@@ -269,6 +273,11 @@ class StoreInterface(Protocol):
 
     async def pending_state(self, stream: str | None = None) -> PendingState:
         """Pending observations: how many, their failed attempts, when the next retry is due."""
+        ...
+
+    async def recent_ratings(self, stream: str | None, limit: int) -> list[int]:
+        """The importance the rater gave the latest `limit` observations it rated, newest first (of a stream,
+        or of every stream): the flat-rater alarm's input (memstream.calibration)."""
         ...
 
     async def counts(self, stream: str | None = None) -> Counts:

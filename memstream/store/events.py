@@ -1,10 +1,10 @@
 """What the store tells the indexes that live beside it: typed events of what was committed.
 
 Every write of a backend announces what it changed (memories ready, touched, updated, removed, a stream
-dropped). Inside a transaction the announcements are held and delivered to every listener after its COMMIT,
-in the order they were made; a transaction that rolls back delivers nothing. A write outside a transaction
-(one statement, committed on its own) delivers at once. What other processes committed is delivered too,
-as `ChangedElsewhere`, when the store notices it (`Store.changed_elsewhere`).
+dropped, the evidence of reflections saved). Inside a transaction the announcements are held and delivered to
+every listener after its COMMIT, in the order they were made; a transaction that rolls back delivers nothing.
+A write outside a transaction (one statement, committed on its own) delivers at once. What other processes
+committed is delivered too, as `ChangedElsewhere`, when the store notices it (`Store.changed_elsewhere`).
 
 Listeners are synchronous and must not fail: they run inside the store's commit, before the next
 transaction of this process can begin, so each sees the writes in the order they were committed.
@@ -25,9 +25,9 @@ from memstream.store.arrays import F32, F64, I64
 from memstream.store.records import NewMemory
 from memstream.store.tables import Table
 
-__all__ = ["Announcer", "ChangedElsewhere", "MemoriesReady", "MemoriesRemoved", "MemoriesTouched", "MemoryUpdated",
-           "StoreEvent", "StoreListener", "StreamDropped", "dropped_streams", "ready_event",
-           "ready_inserted", "touched_at", "touched_rows"]
+__all__ = ["Announcer", "ChangedElsewhere", "EvidenceSaved", "MemoriesReady", "MemoriesRemoved", "MemoriesTouched",
+           "MemoryUpdated", "StoreEvent", "StoreListener", "StreamDropped", "dropped_streams", "evidence_saved",
+           "ready_event", "ready_inserted", "touched_at", "touched_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,15 @@ class MemoryUpdated:
 
 
 @dataclass(frozen=True)
+class EvidenceSaved:
+    """Reflections were saved: each (id, the memories it cites in citation order). Announced after their
+    MemoriesReady, in the same transaction."""
+
+    stream: str
+    reflections: tuple[tuple[int, tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True)
 class MemoriesRemoved:
     """These memories are gone (from whichever streams held them)."""
 
@@ -85,7 +94,8 @@ class ChangedElsewhere:
     streams: frozenset[str]
 
 
-StoreEvent = MemoriesReady | MemoriesTouched | MemoryUpdated | MemoriesRemoved | StreamDropped | ChangedElsewhere
+StoreEvent = (MemoriesReady | MemoriesTouched | MemoryUpdated | EvidenceSaved | MemoriesRemoved | StreamDropped
+              | ChangedElsewhere)
 
 
 class StoreListener(Protocol):
@@ -133,6 +143,12 @@ def touched_at(stream: str, touches: dict[int, float]) -> list[MemoriesTouched]:
     for memory_id, at in sorted(touches.items()):
         by_time.setdefault(at, []).append(memory_id)
     return [MemoriesTouched(stream, tuple(ids), at) for at, ids in sorted(by_time.items())]
+
+
+def evidence_saved(stream: str, ids: Sequence[int], cited: Sequence[Sequence[int]]) -> EvidenceSaved:
+    """What save_reflection wrote: each new reflection and what it cites."""
+    return EvidenceSaved(stream, tuple((int(i), tuple(int(c) for c in found)) for i, found in zip(ids, cited,
+                                                                                                 strict=True)))
 
 
 def dropped_streams(table: Table, rows: Sequence[Sequence[Any]]) -> list[StreamDropped]:

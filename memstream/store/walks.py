@@ -9,7 +9,7 @@ from typing import Any, Protocol
 from memstream.records import EvidenceNode, Memory, ReplyTrace
 from memstream.store.rowmap import trace_from_row
 
-__all__ = ["CascadeWalk", "EvidenceWalk", "TraceLookup"]
+__all__ = ["CascadeWalk", "EvidenceWalk", "TraceLookup", "links"]
 
 
 class _Reads(Protocol):
@@ -33,6 +33,17 @@ async def _tree(store: _Reads, memory: Memory, seen: set[int]) -> EvidenceNode:
     found = await store.get_many(cited)
     children = [await _tree(store, found[i], seen | {memory.id}) for i in cited if i in found]
     return EvidenceNode(memory, tuple(children))
+
+
+def links(rows: Iterable[Sequence[Any]]) -> dict[int, list[int]]:
+    """(reflection id, cited id or None) rows, in citation order, as each reflection's list of what it cites
+    (empty for a reflection citing nothing)."""
+    out: dict[int, list[int]] = {}
+    for reflection_id, memory_id in rows:
+        cited = out.setdefault(int(reflection_id), [])
+        if memory_id is not None:
+            cited.append(int(memory_id))
+    return out
 
 
 class _Links(Protocol):

@@ -10,6 +10,7 @@ from urllib.parse import urlencode
 
 from memstream.config import StreamConfig
 from memstream.records import Counts, EvidenceNode, Memory, RoleUsage, ScoredMemory, Stats
+from memstream.render import rater_alarm
 from memstream.web.charts import histogram_svg, score_bar_svg, timeline_svg, usage_svg
 from memstream.web.html import Safe, h, join
 
@@ -210,11 +211,14 @@ class Site:
         faults = (h("<p>Faults: {0}.</p>", ", ".join(f"{kind.replace('_', ' ')} {n}"
                                                       for kind, n in data.faults.items()))
                   if data.faults else Safe(""))
+        alarm = rater_alarm(data)
+        warning = h('<p class="error">Warning: {0}.</p>', alarm) if alarm is not None else Safe("")
         body = h('<h1>Stats{0}</h1>{1}{2}<h2>Importance</h2><p class="meta">Rated memories (observations and '
-                 'reflections).</p>{3}<h2>Model calls</h2>{4}{5}<p class="legend">{6}</p>{7}{8}',
+                 'reflections).</p>{9}{3}<h2>Model calls</h2>{4}{5}<p class="legend">{6}</p>{7}{8}',
                  "" if stream is None else h(" of <code>{0}</code>", stream), counts, progress, histogram_svg(hist),
                  table, faults, join(h('<span class="key role-{0}"></span> {0} ', r)
-                                     for r in ("rater", "reflector", "agent", "embedding")), over_time, before)
+                                     for r in ("rater", "reflector", "agent", "embedding")), over_time, before,
+                 warning)
         return self.layout("Stats" if stream is None else f"Stats of {stream}", body, stream=stream,
                            current="Stats")
 

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import aiohttp
+import numpy as np
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -20,6 +21,7 @@ from memstream.cli import main
 from memstream.errors import ConfigError, MemoryNotFound
 from memstream.records import RoleUsage
 from memstream.render import tree_json
+from memstream.store import NewMemory
 from memstream.stream import MemoryStream
 from memstream.testing import FakeClock, FakeEmbedder
 from memstream.web import WebOptions, make_app, resolve_token
@@ -277,6 +279,22 @@ async def test_stats_show_the_histogram_and_calls_per_role_and_day(client: Clien
     assert {(d.strftime("%Y-%m-%d"), role) for d, role, _ in days} >= {(today, "rater"), (today, "agent")}
     everything = await (await c.get("/stats")).text()
     assert f"<title>{today}: embedding" in everything and "Stats</h1>" in everything
+
+
+async def test_stats_warn_of_a_rater_that_scores_everything_5(client: Client, world: tuple[MemoryStream, World],
+                                                              embedder: FakeEmbedder) -> None:
+    memory, _ = world
+    c = await client()
+    alarm = "the rater looks miscalibrated"
+    assert alarm not in await (await c.get("/stats", params={"s": STREAM})).text()  # no rater ratings yet
+    dim = len((await embedder.embed_batch(["x"]))[0])
+    await memory.store.insert([NewMemory(stream=STREAM, kind="observation", text=f"chat {i}", created_at=1e9 + i,
+                                         importance=5, importance_source="rater",
+                                         embedding=np.ones(dim, np.float32)) for i in range(50)])
+    page = await (await c.get("/stats", params={"s": STREAM})).text()
+    assert '<p class="error">Warning: the rater looks miscalibrated: 50 of its last 50 ratings are 5' in page
+    assert alarm in await (await c.get("/stats")).text()  # every stream
+    assert alarm not in await (await c.get("/stats", params={"s": OTHER})).text()  # another stream's own ratings
 
 
 async def test_the_command_serves_until_stopped(tmp_path: Path) -> None:

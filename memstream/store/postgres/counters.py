@@ -121,6 +121,16 @@ class Counters(Core):
                                 'COLLATE "C"', args)
         return {row[0]: int(row[1]) for row in rows}
 
+    async def recent_ratings(self, stream: str | None, limit: int) -> list[int]:
+        """The importance the rater gave the latest `limit` observations it rated, newest first (of a stream, by
+        time; of every stream, by insertion)."""
+        order = "created_at DESC, id DESC" if stream is not None else "id DESC"
+        where, args = _where(stream, "AND")
+        rows = await self._rows(
+            f"SELECT importance FROM memories WHERE kind = 'observation' AND importance_source = 'rater' {where} "
+            f"ORDER BY {order} LIMIT %s", (*args, limit))
+        return [int(row[0]) for row in rows]
+
     async def counts(self, stream: str | None = None) -> Counts:
         """Counts by kind and status, the importance histogram and fallback ratings."""
         where, args = _where(stream)

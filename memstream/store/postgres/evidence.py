@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from memstream.store.events import touched_at
+from memstream.store.events import evidence_saved, touched_at
 from memstream.store.postgres.loading import Loading
 from memstream.store.records import NewMemory
-from memstream.store.walks import EvidenceWalk
+from memstream.store.walks import EvidenceWalk, links
 
 __all__ = ["Evidence"]
 
@@ -32,6 +32,7 @@ class Evidence(EvidenceWalk, Loading):
                              [(reflection_id, memory_id, pos)
                               for reflection_id, (_, cited) in zip(ids, insights, strict=True)
                               for pos, memory_id in enumerate(cited)])
+            self._announce(evidence_saved(stream, ids, [cited for _, cited in insights]))
             await self._execute(
                 "INSERT INTO stream_state (stream, importance_since_reflection, last_reflection_at, reflections) "
                 "VALUES (%s, 0, %s, 1) ON CONFLICT (stream) DO UPDATE SET importance_since_reflection = 0, "
@@ -44,4 +45,13 @@ class Evidence(EvidenceWalk, Loading):
         rows = await self._rows("SELECT memory_id FROM evidence WHERE reflection_id = %s ORDER BY position",
                                 (reflection_id,))
         return [int(row[0]) for row in rows]
+
+    async def evidence_links(self, stream: str) -> dict[int, list[int]]:
+        """Every reflection of a stream (ready or not) and the memories it cites, in citation order. Read from
+        the evidence pointers (a reflection cites one memory at least: min_citations), never a scan of the
+        stream's memories."""
+        rows = await self._rows(
+            "SELECT e.reflection_id, e.memory_id FROM evidence e JOIN memories m ON m.id = e.reflection_id "
+            "WHERE m.stream = %s ORDER BY e.reflection_id, e.position", (stream,))
+        return links(rows)
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from memstream.store.events import touched_at
+from memstream.store.events import evidence_saved, touched_at
 from memstream.store.records import NewMemory
 from memstream.store.sqlite.loading import Loading
-from memstream.store.walks import EvidenceWalk
+from memstream.store.walks import EvidenceWalk, links
 
 __all__ = ["Evidence"]
 
@@ -34,6 +34,7 @@ class Evidence(EvidenceWalk, Loading):
                     "INSERT INTO evidence (reflection_id, memory_id, position) VALUES (?, ?, ?)",
                     [(reflection_id, memory_id, pos) for pos, memory_id in enumerate(cited)],
                 )
+            self._announce(evidence_saved(stream, ids, [cited for _, cited in insights]))
             await self.conn.execute(
                 "INSERT INTO stream_state (stream, importance_since_reflection, last_reflection_at, reflections) "
                 "VALUES (?, 0, ?, 1) ON CONFLICT (stream) DO UPDATE SET importance_since_reflection = 0, "
@@ -48,5 +49,15 @@ class Evidence(EvidenceWalk, Loading):
             "SELECT memory_id FROM evidence WHERE reflection_id = ? ORDER BY position", (reflection_id,)
         ) as cur:
             return [row[0] for row in await cur.fetchall()]
+
+    async def evidence_links(self, stream: str) -> dict[int, list[int]]:
+        """Every reflection of a stream (ready or not) and the memories it cites, in citation order. Read from
+        the evidence pointers (a reflection cites one memory at least: min_citations), never a scan of the
+        stream's memories."""
+        rows = await self.conn.execute_fetchall(
+            # CROSS JOIN: SQLite reads the evidence first (not every memory of the stream through its index)
+            "SELECT e.reflection_id, e.memory_id FROM evidence e CROSS JOIN memories m ON m.id = e.reflection_id "
+            "WHERE m.stream = ? ORDER BY e.reflection_id, e.position", (stream,))
+        return links(rows)
 
 

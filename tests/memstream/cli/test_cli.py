@@ -469,3 +469,24 @@ def test_a_memory_id_no_database_can_hold_is_a_usage_error(capsys: pytest.Captur
     err = capsys.readouterr().err
     assert f"must be a memory id, a whole number from 1 to 9223372036854775807, got '{number}'" in err
     assert "Traceback" not in err
+
+
+async def test_stats_warn_of_a_rater_that_scores_everything_5(tmp_path: Path, server: FakeOpenAIServer,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    server.on_chat(lambda request: "5")
+    persona = _persona(tmp_path, server.base_url)
+    lines = [{"text": f"note {i}", "at": f"2023-01-01T00:{i:02d}:00Z"} for i in range(50)]
+    history = tmp_path / "history.jsonl"
+    history.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert await _cli("import", str(history), "--persona", str(persona)) == 0
+    capsys.readouterr()
+    assert await _cli("stats", "--persona", str(persona)) == 0
+    [warning] = [x for x in capsys.readouterr().out.splitlines() if x.startswith("warning:")]
+    assert "the rater looks miscalibrated: 50 of its last 50 ratings are 5" in warning
+    assert await _cli("stats", "--persona", str(persona), "--json") == 0
+    assert json.loads(capsys.readouterr().out)["rater"]["flat"] is True
+    persona.write_text(persona.read_text() + "rater_alarm_window = 0\n")  # the switch
+    assert await _cli("stats", "--persona", str(persona)) == 0
+    assert "warning:" not in capsys.readouterr().out
+    assert await _cli("stats", "--persona", str(persona), "--json") == 0
+    assert json.loads(capsys.readouterr().out)["rater"] is None

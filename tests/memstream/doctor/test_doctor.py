@@ -9,13 +9,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from memstream.cli import main
 from memstream.doctor.checks import check_lines
 from memstream.doctor.models import unreachable_fix
 from memstream.doctor.store import check_sqlite
-from memstream.store import Store, sqlite_module
+from memstream.store import NewMemory, Store, sqlite_module
 from tests.fakes.discord_server import (
     DEFAULT_BOT_PERMISSIONS,
     READ_MESSAGE_HISTORY,
@@ -94,10 +95,12 @@ async def test_everything_ok(world: World, capsys: pytest.CaptureFixture[str]) -
     assert all(x.startswith("ok ") for x in lines), "\n".join(lines)
     names = [x[6:20].rstrip() for x in lines]
     assert names == ["persona", "sqlite", "schema", "integrity", "embedded by", "dimensions", "model server",
-                     "model", "model", "rating", "embedding", "discord token", "discord intent", "discord server"]
+                     "model", "model", "rating", "embedding", "ratings", "discord token", "discord intent",
+                     "discord server"]
     assert "64 dimensions" in line(lines, "embedding", "ok")
     assert "Lighthouse" in line(lines, "discord server", "ok")
     assert "rated a test observation 5" in line(lines, "rating", "ok")
+    assert "0 of the 50 ratings the flat-rater check needs so far" in line(lines, "ratings", "ok")
     # The rating call used the real Importance prompt, for the persona's name.
     [rating] = world.openai.chat_requests
     assert "Reply with a single integer." in rating.prompt and "for Ada." in rating.prompt
@@ -352,3 +355,34 @@ def test_the_package_exports_the_report_and_its_checks() -> None:
 
     assert doctor.__all__ == ["Check", "Status", "run_doctor"]
     assert doctor.run_doctor is run_doctor and doctor.Check.ok("x", "fine").status == "ok"
+
+
+# -- the rater's latest ratings ------------------------------------------------------------------------------
+
+
+async def rated_db(world: World, ratings: list[int]) -> None:
+    """A database whose rater gave these ratings, oldest first."""
+    await memories_db(world, 64)
+    store = await Store.open(world.database)
+    await store.insert([NewMemory(stream="guild:1", kind="observation", text=f"message {i}", created_at=1000.0 + i,
+                                  importance=v, importance_source="rater", embedding=np.ones(64, np.float32))
+                        for i, v in enumerate(ratings)])
+    await store.close()
+
+
+async def test_a_rater_that_scores_everything_5_is_a_warning(world: World, capsys: pytest.CaptureFixture[str]) -> None:
+    await rated_db(world, [3, 8] * 30 + [5] * 50)  # the latest 50 are flat
+    code, lines = await doctor(world, capsys)
+    assert code == 0
+    warning = line(lines, "ratings", "warn")
+    assert "the rater looks miscalibrated: 50 of its last 50 ratings are 5 (standard deviation 0.00)" in warning
+    assert "[models] rater" in warning
+    world.write(memory='profile = "hybrid"\nrater_alarm_window = 0')  # the switch
+    code, lines = await doctor(world, capsys)
+    assert "the flat-rater alarm is off" in line(lines, "ratings", "ok")
+
+
+async def test_ratings_that_vary_are_ok(world: World, capsys: pytest.CaptureFixture[str]) -> None:
+    await rated_db(world, [5] * 30 + [1, 2, 3, 7, 8, 9, 10] * 3)
+    code, lines = await doctor(world, capsys)
+    assert code == 0 and "its last 50 ratings vary" in line(lines, "ratings", "ok")
