@@ -1,5 +1,6 @@
 """Small records: a Memory, a ScoredMemory with its score parts, a Source, an Observation to make, an evidence
-tree; a reply's trace (what it was built from); a stream's state, counts and model usage, and its Stats."""
+tree; a reply's trace (what it was built from); a stream's state, counts and model usage, a role's spend against
+its daily budget, and its Stats."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from typing import Any, Literal
 from memstream.errors import MemoryNotFound
 
 __all__ = ["DEFAULT_STREAM", "ID_MAX", "Counts", "EvidenceNode", "ExplainedReply", "Memory", "Observation",
-           "PendingState", "ReplyTrace", "RoleUsage", "ScoredMemory", "Source", "Stats", "StreamState", "TraceItem",
-           "storable_id"]
+           "PendingState", "ReplyTrace", "RoleBudget", "RoleUsage", "ScoredMemory", "Source", "Stats", "StreamState",
+           "TraceItem", "storable_id"]
 
 Kind = Literal["observation", "reflection"]
 DEFAULT_STREAM = "default"
@@ -172,6 +173,32 @@ class RoleUsage:
 
 
 @dataclass(frozen=True)
+class RoleBudget:
+    """One role's spend today against its daily budget (a limit of None: none on that count). The day is a UTC
+    day: `day` is its 00:00 UTC, `renews_at` the next one."""
+
+    role: str
+    calls: int
+    calls_per_day: int | None
+    tokens: int  # prompt + completion
+    tokens_per_day: int | None
+    day: datetime
+    renews_at: datetime
+
+    @property
+    def spent(self) -> bool:
+        """Whether a limit is reached: no call of this role is made until `renews_at`."""
+        return ((self.calls_per_day is not None and self.calls >= self.calls_per_day)
+                or (self.tokens_per_day is not None and self.tokens >= self.tokens_per_day))
+
+    def to_json(self) -> dict[str, Any]:
+        """As JSON data (`memstream stats --json`, under "budget")."""
+        return {"role": self.role, "calls": self.calls, "calls_per_day": self.calls_per_day, "tokens": self.tokens,
+                "tokens_per_day": self.tokens_per_day, "spent": self.spent, "day": self.day.isoformat(),
+                "renews_at": self.renews_at.isoformat()}
+
+
+@dataclass(frozen=True)
 class Stats:
     """What MemoryStream.stats tells of one stream (with its reflection progress, `state`) or of all of them."""
 
@@ -182,6 +209,7 @@ class Stats:
     retries: Mapping[str, int]  # requests the model client retried, by role
     reflection_threshold: int
     state: StreamState | None = None  # one stream's; None for the whole store
+    budget: tuple[RoleBudget, ...] = ()  # the persona's spend today against its daily budget (every stream's)
 
     def to_json(self) -> dict[str, Any]:
         """The stats as JSON data (`memstream stats --json`): these keys, in this order."""
@@ -192,7 +220,7 @@ class Stats:
             "failed_attempts": pending.failed_attempts,
             "next_retry_at": None if pending.next_retry_at is None else pending.next_retry_at.isoformat(),
             "usage": {role: asdict(use) for role, use in self.usage.items()}, "faults": dict(self.faults),
-            "retries": dict(self.retries)}
+            "retries": dict(self.retries), "budget": [line.to_json() for line in self.budget]}
         state = self.state
         if state is not None:
             last = state.last_reflection_at

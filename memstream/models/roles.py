@@ -1,19 +1,22 @@
-"""The model roles (rater, reflector, agent, embedding) behind one metered door."""
+"""The model roles (rater, reflector, agent, embedding) behind one metered door, which a daily budget can close."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from memstream.config import BudgetConfig
 from memstream.errors import EmbeddingError, ProviderError
+from memstream.models.budget import Budget
 from memstream.models.embed import Embedder, RetryMeter, TokenMeter, normalize_rows
 from memstream.models.llm import ChatModel, call_count
+from memstream.records import RoleBudget, RoleUsage
 from memstream.store import Store, UsageRow
 from memstream.store.policy import bounded_count
 
@@ -36,22 +39,57 @@ class Models:
     """Calls the models of each role and counts calls, failures and tokens per stream in the store."""
 
     def __init__(self, store: Store, embedder: Embedder, *, rater: RoleModel, reflector: RoleModel,
-                 agent: RoleModel) -> None:
+                 agent: RoleModel, budget: BudgetConfig | None = None) -> None:
         self.store, self.embedder = store, embedder
         self.roles = {"rater": rater, "reflector": reflector, "agent": agent}
+        self.budget = Budget(budget or BudgetConfig(), store)
         self._usage: dict[tuple[str, str], list[int]] = {}
+        self._in_flight: dict[str, int] = {}  # calls made and not yet counted, by role (the budget counts them)
 
     async def complete(self, role: str, prompt: str, *, stream: str) -> str:
-        """Ask the model of `role`; ProviderError on failure (counted)."""
+        """Ask the model of `role`; ProviderError on failure (counted), BudgetSpent (no call) when the role's
+        daily budget is spent."""
         target = self.roles[role]
-        try:
-            result = await target.chat.complete(prompt, model=target.model)
-        except ProviderError:
-            await self._count(stream, role, failures=1)
-            raise
-        await self._count(stream, role, prompt_tokens=result.prompt_tokens,
-                          completion_tokens=result.completion_tokens, retries=result.retries)
+        async with self._call(role):
+            try:
+                result = await target.chat.complete(prompt, model=target.model)
+            except ProviderError:
+                await self._count(stream, role, failures=1)
+                raise
+            await self._count(stream, role, prompt_tokens=result.prompt_tokens,
+                              completion_tokens=result.completion_tokens, retries=result.retries)
         return result.text
+
+    # -- budget ------------------------------------------------------------------------------------
+
+    async def check_budget(self, *roles: str) -> None:
+        """BudgetSpent when the daily budget of one of `roles` is spent (counting this process's calls not yet
+        written and in flight)."""
+        if self.budget.enabled:
+            await self.budget.check(roles, self.unwritten())
+
+    async def budget_lines(self) -> tuple[RoleBudget, ...]:
+        """Each limited role's spend today against its budget (empty when the budget is off)."""
+        return await self.budget.lines(self.unwritten()) if self.budget.enabled else ()
+
+    def unwritten(self) -> dict[str, RoleUsage]:
+        """Per role, the calls and tokens counted here and not yet in the store, and the calls in flight."""
+        out: dict[str, RoleUsage] = {role: RoleUsage(calls=n) for role, n in self._in_flight.items() if n}
+        for (_, role), counts in self._usage.items():
+            had = out.get(role, RoleUsage())
+            out[role] = RoleUsage(had.calls + counts[0], had.failures + counts[1], had.prompt_tokens + counts[2],
+                                  had.completion_tokens + counts[3])
+        return out
+
+    @contextlib.asynccontextmanager
+    async def _call(self, role: str) -> AsyncIterator[None]:
+        """One call of `role`: refused when its budget is spent, else in flight until counted."""
+        await self.check_budget(role)
+        self._in_flight[role] = self._in_flight.get(role, 0) + 1
+        try:
+            yield
+        finally:
+            self._in_flight[role] -= 1
 
     # -- usage -------------------------------------------------------------------------------------
 
@@ -103,15 +141,17 @@ class Models:
             raise
 
     async def embed(self, texts: Sequence[str], *, stream: str) -> npt.NDArray[np.float32]:
-        """Unit-length embeddings for `texts`, in one call to the embedder."""
-        try:
-            vectors = await self.embedder.embed_batch(list(texts))
-        except ProviderError:
-            await self._count(stream, "embedding", failures=1)
-            raise
-        tokens = self.embedder.take_tokens() if isinstance(self.embedder, TokenMeter) else 0
-        retries = self.embedder.take_retries() if isinstance(self.embedder, RetryMeter) else 0
-        await self._count(stream, "embedding", prompt_tokens=tokens, retries=retries)
+        """Unit-length embeddings for `texts`, in one call to the embedder (BudgetSpent, no call, when the
+        embedding budget is spent)."""
+        async with self._call("embedding"):
+            try:
+                vectors = await self.embedder.embed_batch(list(texts))
+            except ProviderError:
+                await self._count(stream, "embedding", failures=1)
+                raise
+            tokens = self.embedder.take_tokens() if isinstance(self.embedder, TokenMeter) else 0
+            retries = self.embedder.take_retries() if isinstance(self.embedder, RetryMeter) else 0
+            await self._count(stream, "embedding", prompt_tokens=tokens, retries=retries)
         matrix = np.asarray(vectors, dtype=np.float32)
         if matrix.ndim != 2 or matrix.shape[0] != len(texts) or matrix.shape[1] == 0:
             raise EmbeddingError(f"the embedder returned shape {matrix.shape} for {len(texts)} texts")
