@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from datetime import datetime
 
 import discord
 from discord.ext import commands
@@ -12,7 +13,7 @@ from discord.ext import commands
 from bot.bot import PersonaBot
 from bot.cogs.observe import message_stream, watched
 from bot.render import split_message
-from memstream import MemstreamError, ProviderError, Source, StoreDamaged
+from memstream import BudgetSpent, MemstreamError, ProviderError, Source, StoreDamaged
 
 __all__ = ["ChatCog", "setup"]
 
@@ -25,6 +26,8 @@ class ChatCog(commands.Cog):
     def __init__(self, bot: PersonaBot) -> None:
         self.bot = bot
         self.tasks: set[asyncio.Task[None]] = set()
+        # Channel id -> the renewal of the spent budget it was told of: a decline once per channel and budget day.
+        self.declined: dict[int, datetime | None] = {}
 
     async def cog_unload(self) -> None:
         for task in self.tasks:
@@ -102,6 +105,9 @@ class ChatCog(commands.Cog):
                                         channel=getattr(message.channel, "name", None),
                                         channel_id=str(message.channel.id)),
                 )
+        except BudgetSpent as exc:
+            await self._decline(message, exc)
+            return
         except ProviderError as exc:
             log.warning("could not answer message %s: %s", message.id, exc)
             await self._send_safe(message, "Sorry, I can't think straight right now. Try me again in a bit.")
@@ -128,6 +134,19 @@ class ChatCog(commands.Cog):
                 await memory.reply_unsent(reply)
         except MemstreamError as exc:  # the reply is out; its memory stays pending and is completed later
             log.warning("could not record the reply to message %s: %s", message.id, exc)
+
+    async def _decline(self, message: discord.Message, exc: BudgetSpent) -> None:
+        """The day's budget is spent (the persona file's [budget]): say so once in this channel until it renews;
+        later mentions that day get no reply (they are still remembered)."""
+        channel = message.channel.id
+        if self.declined.get(channel) == exc.until:
+            log.info("no reply to message %s (told in this channel already): %s", message.id, exc)
+            return
+        self.declined[channel] = exc.until
+        log.warning("declined message %s: %s", message.id, exc)
+        until = "tomorrow" if exc.until is None else f"<t:{int(exc.until.timestamp())}:t>"
+        await self._send_safe(message, f"Sorry, I've used up my thinking for today and can't answer until {until}. "
+                                       "I'm still listening, and I'll remember what's said here.")
 
     async def _send_safe(self, message: discord.Message, text: str, *, first: bool = True) -> discord.Message | None:
         mentions = discord.AllowedMentions(everyone=False, users=False, roles=False, replied_user=first)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -45,6 +46,7 @@ class Models:
         self.budget = Budget(budget or BudgetConfig(), store)
         self._usage: dict[tuple[str, str], list[int]] = {}
         self._in_flight: dict[str, int] = {}  # calls made and not yet counted, by role (the budget counts them)
+        self._admitting = asyncio.Lock()  # a budget's check and the call's place in flight: one step
 
     async def complete(self, role: str, prompt: str, *, stream: str) -> str:
         """Ask the model of `role`; ProviderError on failure (counted), BudgetSpent (no call) when the role's
@@ -83,9 +85,14 @@ class Models:
 
     @contextlib.asynccontextmanager
     async def _call(self, role: str) -> AsyncIterator[None]:
-        """One call of `role`: refused when its budget is spent, else in flight until counted."""
-        await self.check_budget(role)
-        self._in_flight[role] = self._in_flight.get(role, 0) + 1
+        """One call of `role`: refused when its budget is spent, else in flight until counted (a burst's
+        concurrent calls are checked one after another, each counting those admitted before it)."""
+        if self.budget.config.limit(role) is not None:
+            async with self._admitting:
+                await self.check_budget(role)
+                self._in_flight[role] = self._in_flight.get(role, 0) + 1
+        else:
+            self._in_flight[role] = self._in_flight.get(role, 0) + 1
         try:
             yield
         finally:
