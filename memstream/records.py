@@ -220,7 +220,9 @@ class Stats:
             "failed_attempts": pending.failed_attempts,
             "next_retry_at": None if pending.next_retry_at is None else pending.next_retry_at.isoformat(),
             "usage": {role: asdict(use) for role, use in self.usage.items()}, "faults": dict(self.faults),
-            "retries": dict(self.retries), "budget": [line.to_json() for line in self.budget]}
+            "retries": dict(self.retries)}
+        if self.budget:  # with a [budget] only: without one, the keys are as they were
+            out["budget"] = [line.to_json() for line in self.budget]
         state = self.state
         if state is not None:
             last = state.last_reflection_at
