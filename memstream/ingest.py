@@ -212,13 +212,9 @@ class Ingest:
                 return None
 
     async def _store_batch(self, stream: str, ready: list[tuple[Memory, Rating, npt.NDArray[np.float32]]]) -> None:
-        usage = self.models.take_usage()
-        try:  # the index hears of the memories completed from the store (MemoriesReady)
+        with self.models.usage_to_write() as usage:  # the index hears of them from the store (MemoriesReady)
             await self.store.complete_many(stream, [(m.id, r.importance, r.source, v) for m, r, v in ready], usage,
                                            texts=[m.text for m, _, _ in ready])  # an edit meanwhile: left pending
-        except BaseException:
-            self.models.restore_usage(usage)
-            raise
 
     async def _rate(self, memory: Memory, errors: list[ProviderError]) -> Rating | None:
         if memory.importance is not None:

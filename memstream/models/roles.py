@@ -46,6 +46,7 @@ class Models:
         self.budget = Budget(budget or BudgetConfig(), store)
         self._usage: dict[tuple[str, str], list[int]] = {}
         self._in_flight: dict[str, int] = {}  # calls made and not yet counted, by role (the budget counts them)
+        self._writing: dict[int, list[UsageRow]] = {}  # counts being written (usage_to_write), counted too
         self._admitting = asyncio.Lock()  # a budget's check and the call's place in flight: one step
 
     async def complete(self, role: str, prompt: str, *, stream: str) -> str:
@@ -77,10 +78,12 @@ class Models:
     def unwritten(self) -> dict[str, RoleUsage]:
         """Per role, the calls and tokens counted here and not yet in the store, and the calls in flight."""
         out: dict[str, RoleUsage] = {role: RoleUsage(calls=n) for role, n in self._in_flight.items() if n}
-        for (_, role), counts in self._usage.items():
+        rows: list[tuple[str, Sequence[int]]] = [(role, counts) for (_, role), counts in self._usage.items()]
+        rows += [(row[1], row[2:]) for taken in self._writing.values() for row in taken]
+        for role, (calls, failures, prompt, completion, *_) in rows:
             had = out.get(role, RoleUsage())
-            out[role] = RoleUsage(had.calls + counts[0], had.failures + counts[1], had.prompt_tokens + counts[2],
-                                  had.completion_tokens + counts[3])
+            out[role] = RoleUsage(had.calls + calls, had.failures + failures, had.prompt_tokens + prompt,
+                                  had.completion_tokens + completion)
         return out
 
     @contextlib.asynccontextmanager
@@ -121,6 +124,20 @@ class Models:
         if not _deferred.get():
             await self.flush_usage()
 
+    @contextlib.contextmanager
+    def usage_to_write(self) -> Iterator[list[UsageRow]]:
+        """The calls counted and not yet written, for the caller to write in the block (put back if the block
+        fails). Until the block ends they still count toward the daily budget: no call slips in meanwhile."""
+        rows = self.take_usage()
+        self._writing[id(rows)] = rows
+        try:
+            yield rows
+        except BaseException:
+            self.restore_usage(rows)
+            raise
+        finally:
+            del self._writing[id(rows)]
+
     def take_usage(self) -> list[UsageRow]:
         """The calls counted and not yet written (they are then the caller's to write)."""
         rows = [(stream, role, c[0], c[1], c[2], c[3], c[4]) for (stream, role), c in self._usage.items()]
@@ -140,12 +157,8 @@ class Models:
 
     async def flush_usage(self) -> None:
         """Write every count not yet written."""
-        rows = self.take_usage()
-        try:
+        with self.usage_to_write() as rows:
             await self.store.record_usage_many(rows)
-        except BaseException:
-            self.restore_usage(rows)
-            raise
 
     async def embed(self, texts: Sequence[str], *, stream: str) -> npt.NDArray[np.float32]:
         """Unit-length embeddings for `texts`, in one call to the embedder (BudgetSpent, no call, when the

@@ -39,10 +39,11 @@ async def stores(database: Path | str, wall: FakeClock) -> AsyncIterator[list[St
 
 
 def make(store: Store, chat: ScriptedChat, clock: FakeClock, budget: BudgetConfig | None = None,
-         **options: Any) -> MemoryStream:
+         batch: int = 32, **options: Any) -> MemoryStream:
     return MemoryStream(store, FakeEmbedder(), rater=RoleModel(chat, "r"), reflector=RoleModel(chat, "f"),
                         agent=RoleModel(chat, "a"), name=AGENT_NAME, summary=AGENT_SUMMARY, clock=clock,
-                        config=StreamConfig(reflection_threshold=10**6), budget=budget, **options)
+                        config=StreamConfig(reflection_threshold=10**6, embed_batch_size=batch), budget=budget,
+                        **options)
 
 
 def rater_calls(chat: ScriptedChat) -> int:
@@ -92,6 +93,17 @@ async def test_spent_rater_budget_keeps_observations_pending_until_the_day_renew
     [line] = (await memory.stats()).budget
     assert (line.role, line.calls, line.calls_per_day, line.spent) == ("rater", 2, 3, False)
     assert line.day == renewal
+
+
+async def test_a_burst_of_many_batches_stops_at_the_budget(stores: list[Store], wall: FakeClock) -> None:
+    chat = ScriptedChat(default="4")
+    memory = make(stores[0], chat, wall, BudgetConfig({"rater": RoleLimit(calls_per_day=7)}), batch=2)
+    done = await memory.observe_many(burst(40))
+    # The calls of a batch being written (counted, not yet committed) still count: no call slips in meanwhile.
+    assert rater_calls(chat) == 7
+    assert sum(m.status == "ready" for m in done) <= 7
+    [line] = (await memory.stats()).budget
+    assert line.calls == 7 and line.spent
 
 
 async def test_a_token_budget_counts_prompt_and_completion_tokens(stores: list[Store], wall: FakeClock) -> None:
