@@ -255,3 +255,15 @@ def test_budget_must_be_a_table(tmp_path: Path) -> None:
     (tmp_path / "ada.toml").write_text('budget = 5\n' + MINIMAL)
     with pytest.raises(ConfigError, match=r"\[budget\] must be a table, got int"):
         load_persona(tmp_path / "ada.toml", environ={})
+
+
+def test_the_readme_and_example_budgets_load(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    [block] = [b.split("\n", 1)[1] for b in readme.split("```toml")[1:] if b.split("\n", 1)[1].startswith("[budget]")]
+    example = "\n".join(line.removeprefix("# ") for line in (root / "personas" / "isabella.toml").read_text(
+        encoding="utf-8").splitlines() if line.startswith(("# [budget]", "# rater =", "# agent =")))
+    for text in (block.split("```")[0], example):
+        (tmp_path / "ada.toml").write_text(MINIMAL + text)
+        budget = load_persona(tmp_path / "ada.toml", environ={}).budget
+        assert budget.limit("rater") == RoleLimit(calls_per_day=5000)
