@@ -33,6 +33,7 @@ import pytest
 from bench.report import cost_lines
 from bot.bot import PersonaBot
 from memstream import MemoryStream, load_persona
+from memstream.config import BudgetConfig, RoleLimit
 from tests.fakes.discord_server import FakeDiscord, SentMessage
 from tests.fakes.openai_server import ChatRequest, FakeOpenAIServer
 
@@ -42,6 +43,7 @@ AGENT = "What do you do or say next?"
 QUESTIONS = "most salient high-level"
 INSIGHTS = "high-level insights can you infer"
 RATER = "Reply with a single integer"
+DECLINE = "Sorry, I've used up my thinking for today"
 PEOPLE = ("Klaus", "Maria", "Sam", "Jennifer", "Tom", "Ayesha", "Carmen", "Wolfgang")
 # What people say, by how much it matters (the fake rater's answer), and how often (weights).
 TALK: dict[int, tuple[float, tuple[str, ...]]] = {
@@ -102,16 +104,18 @@ async def settled(memory: MemoryStream, bot: PersonaBot, timeout: float) -> None
     quiet = 0
     while time.monotonic() < deadline:
         await asyncio.wait_for(cog.drained(), timeout)
-        pending = (await memory.store.pending_state()).count
-        quiet = quiet + 1 if not pending and not await memory.due_streams() else 0
+        due = await memory.store.pending_memories(1, due_at=time.time())  # not those a spent budget holds back
+        quiet = quiet + 1 if not due and not await memory.due_streams() else 0
         if quiet == 3:  # a reflection under way keeps its stream due until it is saved
             return
         await asyncio.sleep(0.1)
     raise RuntimeError("the bot did not settle")
 
 
-async def run(messages: int = 1000, mentions_every: int = 50, seed: int = 7) -> dict[str, Any]:
-    """Feed `messages` channel messages to the bot; the calls and tokens per role, and the checks."""
+async def run(messages: int = 1000, mentions_every: int = 50, seed: int = 7,
+              budget: BudgetConfig | None = None) -> dict[str, Any]:
+    """Feed `messages` channel messages to the bot (under `budget`, if given); the calls and tokens per role, and
+    the checks."""
     rng = random.Random(seed)
     monkeypatch = pytest.MonkeyPatch()
     started = time.perf_counter()
@@ -127,7 +131,7 @@ async def run(messages: int = 1000, mentions_every: int = 50, seed: int = 7) -> 
             example = load_persona(PERSONA, environ={})
             persona = replace(example, database=Path(folder) / "isabella.db",
                               models=replace(example.models, base_url=openai.base_url, max_retries=0, timeout=30),
-                              discord=replace(example.discord, guilds=(town.id,)))
+                              discord=replace(example.discord, guilds=(town.id,)), budget=budget or BudgetConfig())
             memory = await MemoryStream.open(persona, environ={})
             bot = PersonaBot(memory, persona, guild_ready_timeout=0.05)
             task = asyncio.create_task(bot.start("token"))
@@ -140,13 +144,16 @@ async def run(messages: int = 1000, mentions_every: int = 50, seed: int = 7) -> 
                         before = len(fake.sent_messages)
                         await fake.send_message(channel, person, f"Isabella, {rng.choice(MENTIONS)}",
                                                 mentions=[fake.bot_user])
-                        await fake.wait_for_sent(in_channel(channel), since=before, timeout=60)
+                        with contextlib.suppress(TimeoutError):  # a spent agent budget declines once a channel
+                            await fake.wait_for_sent(in_channel(channel), since=before, timeout=60 if budget is None
+                                                     else 3)
                         mentions += 1
                     else:
                         await fake.send_message(channel, person, message(rng))
                     if n % 20 == 19:  # people take their time: each reflection comes at its threshold, as in a
                         await settled(memory, bot, 180)  # day of talk, not after a burst that passed it twice
                 await settled(memory, bot, 180)
+                sent = [m.content for m in fake.sent_messages]
                 stats, state = await memory.stats(), await memory.store.state(f"guild:{town.id}")
             finally:
                 await bot.close()
@@ -160,7 +167,8 @@ async def run(messages: int = 1000, mentions_every: int = 50, seed: int = 7) -> 
                   "embedding": len(openai.embedding_requests)}
     roles = {role: {"calls": use.calls, "failures": use.failures, "prompt_tokens": use.prompt_tokens,
                     "completion_tokens": use.completion_tokens} for role, use in stats.usage.items()}
-    return {"messages": messages, "mentions": mentions, "replies": mentions,
+    return {"messages": messages, "mentions": mentions, "replies": sum(1 for m in sent if not m.startswith(DECLINE)),
+            "declined": sum(1 for m in sent if m.startswith(DECLINE)), "pending": stats.pending.count,
             "observations": stats.counts.observations, "reflections": state.reflections,
             "insights": stats.counts.reflections, "roles": roles, "served": served,
             "agrees": all(roles.get(role, {}).get("calls", 0) == n for role, n in served.items()),
@@ -171,8 +179,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.cost", description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=1000)
     parser.add_argument("--mentions-every", type=int, default=50)
+    parser.add_argument("--budget", metavar="ROLE=CALLS", action="append", default=[],
+                        help="a daily budget of calls for a role (rater, reflector, agent, embedding); repeatable")
     args = parser.parse_args(argv)
-    result = asyncio.run(run(args.messages, args.mentions_every))
+    limits = dict(item.split("=", 1) for item in args.budget)
+    budget = BudgetConfig({role: RoleLimit(calls_per_day=int(n)) for role, n in limits.items()}) if limits else None
+    result = asyncio.run(run(args.messages, args.mentions_every, budget=budget))
     print("\n".join(cost_lines(result)))
     print(f"({result['seconds']:.0f} s)")
     return 0 if result["agrees"] else 1

@@ -66,9 +66,11 @@ def table(results: dict[str, Any]) -> str:
 def cost_lines(result: dict[str, Any]) -> list[str]:
     """The table: calls and tokens per role for the messages fed."""
     n = result["messages"]
-    out = [f"5. Cost of {n:,} channel messages: {result['mentions']} mentions answered, {result['reflections']} "
-           f"reflections ({result['insights']} insights), {result['observations']} observations stored (the replies "
-           "too); tokens are the fake server's words",
+    declined = (f" ({result['declined']} declined: budget spent)" if result.get("declined") else "")
+    pending = f", {result['pending']} waiting pending for the budget" if result.get("pending") else ""
+    out = [f"5. Cost of {n:,} channel messages: {result['mentions']} mentions, {result['replies']} answered{declined}, "
+           f"{result['reflections']} reflections ({result['insights']} insights), {result['observations']} "
+           f"observations stored (the replies too{pending}); tokens are the fake server's words",
            f"{'role':>10} {'calls':>7} {'prompt tok':>11} {'compl. tok':>11} {'tokens/call':>12}"]
     total_calls = total_tokens = 0
     for role in ("rater", "embedding", "agent", "reflector"):
