@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_info
 
-from bench import ingest, opening, reflection, reply, retrieval
+from bench import cost, ingest, opening, reflection, reply, retrieval
 from bench.data import store_file
 from bench.report import plot, table
 
@@ -23,10 +23,11 @@ ROOT = Path(__file__).resolve().parent
 FULL = {"retrieval": [(10_000, 384, 41, 5, 3), (100_000, 384, 21, 3, 0), (1_000_000, 384, 9, 2, 0),
                       (100_000, 1536, 15, 3, 1)],
         "opening": (1_000_000, 384), "ingest": [(2000, None), (2000, 8), (2000, 32)], "reply": (100_000, 60),
-        "reflection": (60, 60)}
-CASES = ("retrieval", "opening", "ingest", "reply", "reflection")
+        "reflection": (60, 60), "cost": (1000, 50)}
+CASES = ("retrieval", "opening", "ingest", "reply", "reflection", "cost")
 QUICK = {"retrieval": [(10_000, 384, 15, 2, 1), (100_000, 384, 9, 2, 0)],
-         "opening": (100_000, 384), "ingest": [(500, None)], "reply": (100_000, 20), "reflection": (20, 30)}
+         "opening": (100_000, 384), "ingest": [(500, None)], "reply": (100_000, 20), "reflection": (20, 30),
+         "cost": (1000, 50)}
 
 
 def machine() -> dict[str, Any]:
@@ -73,6 +74,10 @@ def main() -> None:
         results["reply"] = asyncio.run(reply.run(n, 384, mentions))
     if "reflection" in cases:
         results["reflection"] = asyncio.run(reflection.run(*plan["reflection"]))
+    if "cost" in cases:
+        messages, mentions_every = plan["cost"]
+        results["cost"] = asyncio.run(cost.run(messages, mentions_every))
+        print("cost done", flush=True)
     results["machine"]["load_average_end"] = os.getloadavg()
     results["seconds"] = time.time() - results["started"]
     args.out.mkdir(parents=True, exist_ok=True)

@@ -60,6 +60,8 @@ def table(results: dict[str, Any]) -> str:
                   f"(explain alone {r['explain_median_ms']:.1f} ms), {r['mentions']} mentions"]
     if "reflection" in results:
         lines += _reflection(results["reflection"])
+    if "cost" in results:
+        lines += ["", *cost_lines(results["cost"])]
     return "\n".join(lines)
 
 
@@ -80,6 +82,29 @@ def _reflection(result: dict[str, Any]) -> list[str]:
                  f"{on['depth_2_or_more']} of depth >= 2; deep share {on['deep_share']:.1%}, "
                  f"hit@5 {on['hit_at_5']:.1%}")
     return lines
+
+
+def cost_lines(result: dict[str, Any]) -> list[str]:
+    """The table: calls and tokens per role for the messages fed."""
+    n = result["messages"]
+    declined = (f" ({result['declined']} declined: budget spent)" if result.get("declined") else "")
+    pending = f", {result['pending']} waiting pending for the budget" if result.get("pending") else ""
+    out = [f"6. Cost of {n:,} channel messages: {result['mentions']} mentions, {result['replies']} answered{declined}, "
+           f"{result['reflections']} reflections ({result['insights']} insights), {result['observations']} "
+           f"observations stored (the replies too{pending}); tokens are the fake server's words",
+           f"{'role':>10} {'calls':>7} {'prompt tok':>11} {'compl. tok':>11} {'tokens/call':>12}"]
+    total_calls = total_tokens = 0
+    for role in ("rater", "embedding", "agent", "reflector"):
+        use = result["roles"].get(role, {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0})
+        tokens = use["prompt_tokens"] + use["completion_tokens"]
+        total_calls, total_tokens = total_calls + use["calls"], total_tokens + tokens
+        per = tokens / use["calls"] if use["calls"] else 0
+        out.append(f"{role:>10} {use['calls']:7,} {use['prompt_tokens']:11,} {use['completion_tokens']:11,} "
+                   f"{per:12.0f}")
+    out.append(f"{'total':>10} {total_calls:7,} {total_tokens:>23,}   (the product's counts "
+               f"{'match' if result['agrees'] else 'DO NOT match'} the requests the server received)")
+    return out
+
 
 
 def plot(results: dict[str, Any], path: Path) -> Path:

@@ -13,14 +13,18 @@
     │   └── StoreDamaged       the file is not a database or is corrupt
     ├── ProviderError          a model server failed or answered nonsense
     │   ├── CompletionError    chat completions (rater, reflector, agent)
-    │   └── EmbeddingError     embeddings
+    │   ├── EmbeddingError     embeddings
+    │   └── BudgetSpent        no call made: the role's daily budget is spent until it renews
     └── PromptError            a prompt cannot be loaded or rendered
         └── MissingVariables   a {{variable}} has no value
 """
 
 from __future__ import annotations
 
+from datetime import datetime
+
 __all__ = [
+    "BudgetSpent",
     "CompletionError",
     "ConfigError",
     "EmbeddingError",
@@ -102,6 +106,14 @@ class CompletionError(ProviderError):
 
 class EmbeddingError(ProviderError):
     """An embeddings call failed."""
+
+
+class BudgetSpent(ProviderError):
+    """No model call was made: the role's daily budget (the persona file's [budget]) is spent until `until`."""
+
+    def __init__(self, message: str, *, retryable: bool = True, role: str = "", until: datetime | None = None) -> None:
+        super().__init__(message, retryable=retryable)
+        self.role, self.until = role, until
 
 
 class PromptError(MemstreamError):

@@ -1,7 +1,9 @@
 """The write path, in one place for the bot, the command line and imports: an observation is validated,
 persisted pending (so nothing is lost to a model outage), then rated and embedded in batches and made ready
 in one transaction per batch. A memory whose model calls failed stays pending and is tried again after
-`retry_delay` (the one retry policy: store/policy.py holds the formula and the SQL that follows it).
+`retry_delay` (the one retry policy: store/policy.py holds the formula and the SQL that follows it). A memory
+whose rater or embedding budget is spent (the persona's [budget]) stays pending, no call made, until the budget
+renews (`Store.postpone`: no failure counted).
 """
 
 from __future__ import annotations
@@ -10,13 +12,14 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 import numpy as np
 import numpy.typing as npt
 
 from memstream.clock import Clock, sane_time, to_timestamp
 from memstream.config import StreamConfig
-from memstream.errors import ConfigError, ProviderError
+from memstream.errors import BudgetSpent, ConfigError, ProviderError
 from memstream.models.roles import Models
 from memstream.rate import Rater, Rating
 from memstream.records import Memory, Observation
@@ -56,6 +59,8 @@ class Ingest:
         self._limit = asyncio.Semaphore(config.max_concurrency)
         self._inflight: set[int] = set()  # pending memories being completed right now (never twice at once)
         self._failures: set[int] = set()
+        self._waiting: dict[int, BudgetSpent] = {}  # memories a spent budget held back in this call
+        self._told: set[tuple[str, datetime | None]] = set()  # the spent budgets already logged as a warning
 
     async def pending(self, limit: int, *, due_only: bool, streams: Sequence[str] | None) -> list[Memory]:
         """Pending memories this process may complete now (claimed: none another process is completing);
@@ -129,6 +134,13 @@ class Ingest:
                     if m.status == "pending"]
         if memories:  # vectors of another model than the store's would be refused: no model call made for them
             await self.store.check_embedding_model()
+            try:  # a spent budget: no call at all, every memory waits for the renewal
+                await self.models.check_budget("embedding", *(("rater",) if any(m.importance is None
+                                                                                for m in memories) else ()))
+            except BudgetSpent as exc:
+                self._waiting.update((m.id, exc) for m in memories)
+                await self._postpone()
+                return [exc]
         errors: list[ProviderError] = []
         self._inflight.update(m.id for m in memories)
         try:
@@ -141,15 +153,30 @@ class Ingest:
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
+        await self._postpone()
         if errors:
             self.last_model_error = errors[0]
-        if errors:  # one line per burst, however many of its calls failed
+        errors_left = [e for e in errors if not isinstance(e, BudgetSpent)]
+        if errors_left:  # one line per burst, however many of its calls failed
             left = sorted(m.id for m in memories if m.id in self._failures)
             self._failures.difference_update(left)
             shown = ", ".join(f"#{i}" for i in left[:5]) + (", ..." if len(left) > 5 else "")
             log.warning("memory %s kept as pending (%d failed model call(s)), retried with backoff: %s", shown,
-                        len(errors), errors[0])
+                        len(errors_left), errors_left[0])
         return errors
+
+    async def _postpone(self) -> None:
+        """The memories a spent budget held back wait pending until it renews (logged once per budget day)."""
+        waiting, self._waiting = self._waiting, {}
+        for spent in {id(e): e for e in waiting.values()}.values():
+            ids = sorted(i for i, e in waiting.items() if e is spent)
+            until = spent.until or self.clock.now()
+            await self.store.postpone(ids, to_timestamp(until))
+            self.last_model_error = spent
+            told = (spent.role, spent.until) in self._told
+            self._told.add((spent.role, spent.until))
+            log.log(logging.INFO if told else logging.WARNING, "%d memor%s kept pending, no model call made: %s",
+                    len(ids), "y" if len(ids) == 1 else "ies", spent)
 
     def _batches(self, memories: Sequence[Memory]) -> list[list[Memory]]:
         """Per stream, in id order, `embed_batch_size` at a time."""
@@ -185,13 +212,9 @@ class Ingest:
                 return None
 
     async def _store_batch(self, stream: str, ready: list[tuple[Memory, Rating, npt.NDArray[np.float32]]]) -> None:
-        usage = self.models.take_usage()
-        try:  # the index hears of the memories completed from the store (MemoriesReady)
+        with self.models.usage_to_write() as usage:  # the index hears of them from the store (MemoriesReady)
             await self.store.complete_many(stream, [(m.id, r.importance, r.source, v) for m, r, v in ready], usage,
                                            texts=[m.text for m, _, _ in ready])  # an edit meanwhile: left pending
-        except BaseException:
-            self.models.restore_usage(usage)
-            raise
 
     async def _rate(self, memory: Memory, errors: list[ProviderError]) -> Rating | None:
         if memory.importance is not None:
@@ -206,6 +229,9 @@ class Ingest:
     async def _failed(self, memory: Memory, exc: ProviderError, errors: list[ProviderError]) -> None:
         if not any(e is exc for e in errors):
             errors.append(exc)
+        if isinstance(exc, BudgetSpent):  # not a failure: it waits for the renewal (_postpone)
+            self._waiting.setdefault(memory.id, exc)
+            return
         if memory.id not in self._failures:  # one failed attempt, however many of its calls failed
             self._failures.add(memory.id)
             await self.store.count_attempt(memory.id, at=to_timestamp(self.clock.now()))

@@ -1,5 +1,6 @@
 """Small records: a Memory, a ScoredMemory with its score parts, a Source, an Observation to make, an evidence
-tree; a reply's trace (what it was built from); a stream's state, counts and model usage, and its Stats."""
+tree; a reply's trace (what it was built from); a stream's state, counts and model usage, a role's spend against
+its daily budget, and its Stats."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from typing import Any, Literal
 from memstream.errors import MemoryNotFound
 
 __all__ = ["DEFAULT_STREAM", "ID_MAX", "Counts", "EvidenceNode", "ExplainedReply", "Memory", "Observation",
-           "PendingState", "RaterCheck", "ReplyTrace", "RoleUsage", "ScoredMemory", "Source", "Stats", "StreamState",
+           "PendingState", "RaterCheck", "ReplyTrace", "RoleBudget", "RoleUsage", "ScoredMemory", "Source", "Stats",
+           "StreamState",
            "TraceItem", "storable_id"]
 
 Kind = Literal["observation", "reflection"]
@@ -201,6 +203,32 @@ class RaterCheck:
 
 
 @dataclass(frozen=True)
+class RoleBudget:
+    """One role's spend today against its daily budget (a limit of None: none on that count). The day is a UTC
+    day: `day` is its 00:00 UTC, `renews_at` the next one."""
+
+    role: str
+    calls: int
+    calls_per_day: int | None
+    tokens: int  # prompt + completion
+    tokens_per_day: int | None
+    day: datetime
+    renews_at: datetime
+
+    @property
+    def spent(self) -> bool:
+        """Whether a limit is reached: no call of this role is made until `renews_at`."""
+        return ((self.calls_per_day is not None and self.calls >= self.calls_per_day)
+                or (self.tokens_per_day is not None and self.tokens >= self.tokens_per_day))
+
+    def to_json(self) -> dict[str, Any]:
+        """As JSON data (`memstream stats --json`, under "budget")."""
+        return {"role": self.role, "calls": self.calls, "calls_per_day": self.calls_per_day, "tokens": self.tokens,
+                "tokens_per_day": self.tokens_per_day, "spent": self.spent, "day": self.day.isoformat(),
+                "renews_at": self.renews_at.isoformat()}
+
+
+@dataclass(frozen=True)
 class Stats:
     """What MemoryStream.stats tells of one stream (with its reflection progress, `state`) or of all of them."""
 
@@ -212,6 +240,7 @@ class Stats:
     reflection_threshold: int
     state: StreamState | None = None  # one stream's; None for the whole store
     rater: RaterCheck | None = None  # the flat-rater check of the same memories (None: switched off)
+    budget: tuple[RoleBudget, ...] = ()  # the persona's spend today against its daily budget (every stream's)
 
     def to_json(self) -> dict[str, Any]:
         """The stats as JSON data (`memstream stats --json`): these keys, in this order."""
@@ -223,6 +252,8 @@ class Stats:
             "next_retry_at": None if pending.next_retry_at is None else pending.next_retry_at.isoformat(),
             "usage": {role: asdict(use) for role, use in self.usage.items()}, "faults": dict(self.faults),
             "retries": dict(self.retries), "rater": None if self.rater is None else self.rater.to_json()}
+        if self.budget:  # with a [budget] only: without one, the keys are as they were
+            out["budget"] = [line.to_json() for line in self.budget]
         state = self.state
         if state is not None:
             last = state.last_reflection_at

@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from memstream.records import EvidenceNode, Memory, PendingState, ScoredMemory, Stats
+from memstream.records import EvidenceNode, Memory, PendingState, RoleBudget, ScoredMemory, Stats
 
 if TYPE_CHECKING:
     from memstream.reflect import Reflection
 
-__all__ = ["because_text", "compact_ranges", "faults_text", "histogram_lines", "memory_json", "pending_text",
-           "questions_text", "ranking_lines", "rater_alarm", "scored_json", "short", "tree_json", "tree_lines",
-           "usage_lines"]
+__all__ = ["because_text", "budget_lines", "compact_ranges", "faults_text", "histogram_lines", "memory_json",
+           "pending_text", "questions_text", "ranking_lines", "rater_alarm", "scored_json", "short", "tree_json",
+           "tree_lines", "usage_lines"]
 
 
 def compact_ranges(numbers: Iterable[int]) -> list[str]:
@@ -134,6 +134,24 @@ def rater_alarm(stats: Stats) -> str | None:
     are too few yet, or the check is off."""
     check = stats.rater
     return check.text() if check is not None and check.flat else None
+
+
+def _against(spent: int, limit: int | None, unit: str) -> str:
+    return f"{spent} {unit}" if limit is None else f"{spent}/{limit} {unit}"
+
+
+def budget_lines(budget: Sequence[RoleBudget]) -> list[str]:
+    """The day's spend against the daily budget, a line per limited role under a heading (none when the budget
+    is off): "rater: 2000/2000 calls, 51200 tokens: spent, no call until 2026-12-06 00:00 UTC"."""
+    if not budget:
+        return []
+    lines = [f"budget today ({budget[0].day:%Y-%m-%d} UTC, every stream; renews at 00:00 UTC):"]
+    for line in budget:
+        spend = (f"{_against(line.calls, line.calls_per_day, 'calls')}, "
+                 f"{_against(line.tokens, line.tokens_per_day, 'tokens')}")
+        state = f": spent, no call until {line.renews_at:%Y-%m-%d %H:%M} UTC" if line.spent else ""
+        lines.append(f"  {line.role}: {spend}{state}")
+    return lines
 
 
 def faults_text(faults: Mapping[str, int]) -> str:

@@ -6,14 +6,14 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NoReturn
 from zoneinfo import ZoneInfo
 
 from memstream.agent import Agent
 from memstream.calibration import rater_check
 from memstream.clock import Clock, SystemClock, to_timestamp
-from memstream.config import PersonaConfig, StreamConfig
-from memstream.errors import ProviderError
+from memstream.config import BudgetConfig, PersonaConfig, StreamConfig
+from memstream.errors import BudgetSpent, ProviderError
 from memstream.index.profiles import uses_grounding, uses_lexical
 from memstream.index.retriever import Retriever, RetrieverLike
 from memstream.index.vector_index import VectorIndex
@@ -50,6 +50,15 @@ def _silent(step: str) -> None:
     return None
 
 
+def _raise_kept(memory: Memory, error: ProviderError) -> NoReturn:
+    """The model failure that left `memory` pending, saying that it is kept."""
+    again = "" if memory.source.message_id else "; observing the same text again completes it"
+    message = f"{error} (memory #{memory.id} is kept and will be completed later{again})"
+    if isinstance(error, BudgetSpent):
+        raise BudgetSpent(message, role=error.role, until=error.until) from error
+    raise type(error)(message, retryable=error.retryable) from error
+
+
 class MemoryStream:
     """One persona's memory: every stream of its store, its models, its clock."""
 
@@ -57,12 +66,12 @@ class MemoryStream:
                  agent: RoleModel, name: str, summary: str, config: StreamConfig | None = None,
                  clock: Clock | None = None, tz: ZoneInfo | None = None,
                  retriever: RetrieverLike | None = None, on_reflection_due: ReflectionHook | None = None,
-                 auto_reflect: bool = True) -> None:
+                 auto_reflect: bool = True, budget: BudgetConfig | None = None) -> None:
         self.store, self.name, self.summary = store, name, summary
         self.config = config or StreamConfig()
         self.clock: Clock = clock or SystemClock()
         self.tz = tz or ZoneInfo("UTC")
-        self.models = Models(store, embedder, rater=rater, reflector=reflector, agent=agent)
+        self.models = Models(store, embedder, rater=rater, reflector=reflector, agent=agent, budget=budget)
         self.index = VectorIndex(store, lexical=uses_lexical(self.config), grounding=uses_grounding(self.config),
                                  screen_bytes=self.config.screen_mb << 20)
         self.retriever = Retriever(store, self.index, self.models, self.config, self.clock)
@@ -99,7 +108,7 @@ class MemoryStream:
         m = persona.models
         memory = cls(store, embedder, rater=RoleModel(rater or chat, m.rater), reflector=RoleModel(chat, m.reflector),
                      agent=RoleModel(chat, m.agent), name=persona.name, summary=persona.summary,
-                     config=persona.memory, clock=clock, tz=persona.tz, **options)
+                     config=persona.memory, clock=clock, tz=persona.tz, budget=persona.budget, **options)
         if client is not None:
             memory._closers.append(client.close)
         return memory
@@ -135,9 +144,7 @@ class MemoryStream:
         ProviderError is raised; `complete_pending` finishes it later."""
         [memory], errors = await self._observe([Observation(text, stream, at, importance, source or Source())])
         if memory.status == "pending" and errors:
-            again = "" if memory.source.message_id else "; observing the same text again completes it"
-            raise type(errors[0])(f"{errors[0]} (memory #{memory.id} is kept and will be completed later{again})",
-                                  retryable=errors[0].retryable) from errors[0]
+            _raise_kept(memory, errors[0])
         return memory
 
     async def observe_many(self, items: Sequence[Observation], *, defer: bool = False) -> list[Memory]:
@@ -224,6 +231,13 @@ class MemoryStream:
             # Checked once the claim is held: a reflection another process just saved has reset the total.
             if not claimed or (only_if_due and not await self.reflection_due(stream)):
                 return None
+            try:  # a spent budget: not tried (nor counted as skipped) until it renews; the total stays due
+                await self.models.check_budget("reflector", "embedding")
+            except BudgetSpent as exc:
+                if only_if_due:
+                    log.info("reflection on %s waits: %s", stream, exc)
+                    return None
+                raise
             # Its retrievals' touches are committed with the insights, or not at all (the index hears of
             # both from the store, after that commit).
             try:
@@ -284,8 +298,13 @@ class MemoryStream:
                 exclude.add(found)
         if observe_message:
             step("observing")
-            incoming = await self.observe(f"{speaker}: {message}", stream=stream, at=when, source=source)
+            [incoming], errors = await self._observe([Observation(f"{speaker}: {message}", stream, when, None,
+                                                                  source or Source())])
             exclude.add(incoming.id)
+            if incoming.status == "pending" and errors and not isinstance(errors[0], BudgetSpent):
+                _raise_kept(incoming, errors[0])  # a spent rater budget keeps it pending, and the reply goes on
+        # A spent agent (or embedding) budget: no reply, and no call made for one (BudgetSpent).
+        await self.models.check_budget("embedding", "agent")
         step("retrieving")
         memories = await self.retriever.retrieve(message, stream=stream, at=when, exclude=exclude)
         step("answering")
@@ -424,7 +443,7 @@ class MemoryStream:
                      usage=await store.usage(stream), faults=await store.faults(stream),
                      retries=await store.retries(stream), reflection_threshold=self.config.reflection_threshold,
                      state=None if stream is None else await store.state(stream),
-                     rater=await self.rater_check(stream))
+                     rater=await self.rater_check(stream), budget=await self.models.budget_lines())
 
     async def rater_check(self, stream: str | None = None) -> RaterCheck | None:
         """The rater's latest ratings (of one stream, or of all) against the flat-rater rule

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import re
 from collections.abc import Iterable
+from datetime import datetime
 
 import discord
 from discord.ext import commands
@@ -14,7 +15,7 @@ from discord.ext import commands
 from bot.bot import PersonaBot
 from bot.cogs.observe import message_stream, watched
 from bot.streaming import EDIT_EVERY, FIRST_AFTER, EditPace, GrowingReply
-from memstream import MemstreamError, ProviderError, Source, StoreDamaged
+from memstream import BudgetSpent, MemstreamError, ProviderError, Source, StoreDamaged
 
 __all__ = ["ChatCog", "setup"]
 
@@ -31,6 +32,8 @@ class ChatCog(commands.Cog):
         # the message answered -> its reply while written, and its text (an edit that changes it forgets it)
         self.answering: dict[int, tuple[GrowingReply, str]] = {}
         self.first_after, self.edit_every = FIRST_AFTER, EDIT_EVERY
+        # Channel id -> the renewal of the spent budget it was told of: a decline once per channel and budget day.
+        self.declined: dict[int, datetime | None] = {}
 
     async def cog_unload(self) -> None:
         for task in self.tasks:
@@ -142,6 +145,9 @@ class ChatCog(commands.Cog):
                                         channel_id=str(message.channel.id)),
                 )
                 delivered = await growing.run(draft, typing.aclose)
+        except BudgetSpent as exc:
+            await self._decline(message, exc)
+            return
         except ProviderError as exc:
             log.warning("could not answer message %s: %s", message.id, exc)
             await self._send_safe(message, "Sorry, I can't think straight right now. Try me again in a bit.")
@@ -167,6 +173,19 @@ class ChatCog(commands.Cog):
             await memory.reply_sent(reply, [])
         except MemstreamError as exc:  # the reply is out; its memory stays pending and is completed later
             log.warning("could not record the reply to message %s: %s", message.id, exc)
+
+    async def _decline(self, message: discord.Message, exc: BudgetSpent) -> None:
+        """The day's budget is spent (the persona file's [budget]): say so once in this channel until it renews;
+        later mentions that day get no reply (they are still remembered)."""
+        channel = message.channel.id
+        if self.declined.get(channel) == exc.until:
+            log.info("no reply to message %s (told in this channel already): %s", message.id, exc)
+            return
+        self.declined[channel] = exc.until
+        log.warning("declined message %s: %s", message.id, exc)
+        until = "tomorrow" if exc.until is None else f"<t:{int(exc.until.timestamp())}:t>"
+        await self._send_safe(message, f"Sorry, I've used up my thinking for today and can't answer until {until}. "
+                                       "I'm still listening, and I'll remember what's said here.")
 
     async def _send_safe(self, message: discord.Message, text: str, *, first: bool = True) -> discord.Message | None:
         try:

@@ -15,7 +15,15 @@ from discord.ext import commands
 from bot.bot import PersonaBot, stream_key
 from bot.render import evidence_lines, fit, memory_line, ranking_lines
 from memstream import MemoryNotFound
-from memstream.render import because_text, faults_text, pending_text, questions_text, rater_alarm, usage_lines
+from memstream.render import (
+    because_text,
+    budget_lines,
+    faults_text,
+    pending_text,
+    questions_text,
+    rater_alarm,
+    usage_lines,
+)
 
 __all__ = ["MemoryCog", "is_manager", "setup"]
 
@@ -171,6 +179,7 @@ class MemoryCog(commands.Cog):
         if pending.count:
             lines.append(f"Pending: {pending_text(pending)}")
         lines += usage_lines(stats, compact=True)
+        lines += budget_lines(stats.budget)
         if stats.faults:
             lines.append(f"Faults: {faults_text(stats.faults)}")
         alarm = rater_alarm(stats)

@@ -16,7 +16,7 @@ from memstream.cli.handlers import OnMemory
 from memstream.cli.options import Parents
 from memstream.cli.shell import STEPS, spinner_wanted, why_lines
 from memstream.cli.spinner import Spinner
-from memstream.errors import ProviderError, StoreFull, StoreLocked
+from memstream.errors import BudgetSpent, ProviderError, StoreFull, StoreLocked
 from memstream.exits import Interrupted
 from memstream.render import scored_json
 from memstream.text import visible
@@ -125,6 +125,11 @@ class _Session:
                 await self._written(self.draft)
             self.step = None
             self.last = last = await self.draft.finish()
+        except BudgetSpent as exc:  # the persona file's [budget]: no call made, the line is kept
+            self.step = None
+            print(visible(f"memstream: {self.memory.name} gives no reply, {exc}; your line is kept"),
+                  file=sys.stderr, flush=True)
+            return
         except (ProviderError, StoreLocked, StoreFull) as exc:
             self.step = None
             print(visible(f"memstream: this turn failed: {exc}"), file=sys.stderr, flush=True)

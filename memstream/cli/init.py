@@ -142,6 +142,12 @@ profile = "hybrid"
 token_env = {_string(a.token_env)}  # the variable that holds the bot token, never the token
 guilds = [{", ".join(str(g) for g in a.guilds)}]  # server ids where slash commands are synced; empty: every server
 channels = []  # channel ids to watch; empty: every channel it can read
+
+# A daily cap on model calls or tokens per role, off unless set (README, "A daily budget"): when a role's
+# budget is spent it makes no call until 00:00 UTC; messages wait pending, replies are declined once per channel.
+# [budget]
+# rater = {{ calls_per_day = 5000 }}
+# agent = {{ calls_per_day = 200, tokens_per_day = 300000 }}
 """
 
 

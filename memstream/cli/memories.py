@@ -14,6 +14,7 @@ from memstream.errors import ConfigError
 from memstream.exits import EXIT_BAD_INPUT
 from memstream.render import (
     because_text,
+    budget_lines,
     faults_text,
     histogram_lines,
     memory_json,
@@ -121,6 +122,7 @@ async def cmd_stats(memory: MemoryStream, args: argparse.Namespace) -> int:
                      f"{stats.reflection_threshold} (reflections run {state.reflections}, "
                      f"skipped {state.skipped_reflections})")
     lines += usage_lines(stats)
+    lines += budget_lines(stats.budget)
     if stats.faults:
         lines.append(f"faults: {faults_text(stats.faults)}")
     alarm = rater_alarm(stats)

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from memstream.config.budget import BudgetConfig, parse_budget
 from memstream.config.location import is_database_url, url_problem
 from memstream.errors import ConfigError, MissingKey
 from memstream.text import read_bounded
@@ -179,6 +180,7 @@ class PersonaConfig:
     models: ModelConfig = field(default_factory=ModelConfig)
     memory: StreamConfig = field(default_factory=StreamConfig)
     discord: DiscordConfig = field(default_factory=DiscordConfig)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)  # off: no [budget] table
 
     @property
     def tz(self) -> ZoneInfo:
@@ -446,7 +448,7 @@ def load_persona(path: str | Path, environ: Mapping[str, str] | None = None) -> 
         if not value and not any(f"[persona] {key}:" in p for p in problems):
             problems.append(str(persona.error(key, "is required")))
     db = _database(where, env.get("MEMSTREAM_DATABASE_URL") or database, file, env, problems)
-    models, memory, discord = ModelConfig(), StreamConfig(), DiscordConfig()
+    models, memory, discord, budget = ModelConfig(), StreamConfig(), DiscordConfig(), BudgetConfig()
     try:
         models = _models(_read_table(where, raw, "models", problems))
     except ConfigError as exc:
@@ -459,9 +461,14 @@ def load_persona(path: str | Path, environ: Mapping[str, str] | None = None) -> 
         discord = _discord(_read_table(where, raw, "discord", problems))
     except ConfigError as exc:
         problems.append(str(exc))
+    try:
+        budget = parse_budget(where, raw.pop("budget", {}))
+    except ConfigError as exc:
+        problems.append(str(exc))
     if raw:
-        problems.append(f"{where}: unknown table(s) {', '.join(sorted(raw))}; known: persona, models, memory, discord")
+        problems.append(f"{where}: unknown table(s) {', '.join(sorted(raw))}; known: persona, models, memory, discord, "
+                        "budget")
     if problems:
         raise ConfigError("\n".join(dict.fromkeys(problems)))
     return PersonaConfig(name=name, summary=summary, path=file, timezone=timezone, database=db,
-                         models=models, memory=memory, discord=discord)
+                         models=models, memory=memory, discord=discord, budget=budget)

@@ -60,13 +60,9 @@ class Retriever:
                 embedded = await self.models.embed([query], stream=stream)
             ids, ranked = await self._ranked(embedded[0], stream, limit + len(exclude), at, query)
             chosen = [i for i, memory_id in enumerate(ids) if memory_id not in exclude][:limit]
-            usage = self.models.take_usage()
-            self.index.hint(stream, [ids[i] for i in chosen], [int(ranked.rows[i]) for i in chosen])
-            try:  # the touch reaches the index as the store announces it
+            with self.models.usage_to_write() as usage:  # the touch reaches the index as the store announces it
+                self.index.hint(stream, [ids[i] for i in chosen], [int(ranked.rows[i]) for i in chosen])
                 found = await self.store.retrieved([ids[i] for i in chosen], now, usage=usage)
-            except BaseException:
-                self.models.restore_usage(usage)
-                raise
         except BaseException:
             with contextlib.suppress(StoreError):  # what was counted (a failed call too) is kept; the first error
                 await self.models.flush_usage()    # is the one to report

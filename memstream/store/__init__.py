@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
+from memstream.clock import Clock
 from memstream.config import is_database_url, redact
 from memstream.errors import StoreError
 from memstream.store.base import StoreInterface
@@ -31,11 +32,12 @@ class Store(StoreInterface, Protocol):
 
     @classmethod
     async def open(cls, location: str | Path, *, migrations: Path | None = None,
-                   load_processes: int | None = None) -> Store:
+                   load_processes: int | None = None, clock: Clock | None = None) -> Store:
         """Open (creating if needed) the store at `location` and apply its pending migrations.
 
         A `postgresql://` URL opens PostgreSQL (memstream[postgres]); anything else is a SQLite file.
-        `migrations`: another folder of migrations (tests); `load_processes`: see SQLiteStore.open.
+        `migrations`: another folder of migrations (tests); `load_processes`: see SQLiteStore.open; `clock`:
+        the wall clock that dates model usage (the day a daily budget counts; tests move it).
         """
         if is_database_url(location):
             try:
@@ -43,6 +45,7 @@ class Store(StoreInterface, Protocol):
             except ImportError as exc:
                 raise StoreError(f"a PostgreSQL database needs memstream's postgres extra: pip install "
                                  f"'memstream[postgres]' ({exc})") from exc
-            return await PostgresStore.open(location, migrations=migrations, load_processes=load_processes)
-        return await SQLiteStore.open(location, migrations=migrations, load_processes=load_processes)
+            return await PostgresStore.open(location, migrations=migrations, load_processes=load_processes,
+                                            clock=clock)
+        return await SQLiteStore.open(location, migrations=migrations, load_processes=load_processes, clock=clock)
 

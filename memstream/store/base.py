@@ -15,6 +15,7 @@ from typing import Any, Protocol, Self
 import numpy as np
 import numpy.typing as npt
 
+from memstream.clock import Clock
 from memstream.records import Counts, EvidenceNode, Memory, PendingState, ReplyTrace, RoleUsage, StreamState
 from memstream.store.events import StoreListener
 from memstream.store.records import NewMemory, NewTrace, StreamArrays, UsageRow
@@ -31,6 +32,7 @@ class StoreInterface(Protocol):
     """
 
     path: str  # where the store is, for messages (a file's path, or a URL without its password)
+    usage_clock: Clock  # the wall clock that dates model usage (policy.UsageDay): the day a daily budget counts
 
     async def close(self) -> None:
         """Release the connection(s); a second call does nothing."""
@@ -78,6 +80,11 @@ class StoreInterface(Protocol):
 
     async def count_attempt(self, memory_id: int, *, at: float | None = None) -> None:
         """One more failed attempt at a pending memory; with `at`, its next attempt waits retry_delay."""
+        ...
+
+    async def postpone(self, ids: Sequence[int], until: float) -> None:
+        """Pending memories that wait, not for a failure but for `until` (a spent budget's renewal): their next
+        attempt is then, no attempt is counted, and a claim on them is let go."""
         ...
 
     async def update_text(self, memory_id: int, text: str, embedding: npt.NDArray[np.float32] | None = None) -> None:
@@ -265,6 +272,11 @@ class StoreInterface(Protocol):
     async def usage_by_day(self, stream: str | None = None) -> list[tuple[datetime, str, RoleUsage]]:
         """Model calls and tokens per UTC day (of the wall clock, when the call was made) and role (one stream,
         or all), oldest first: (day at 00:00 UTC, role, its usage that day)."""
+        ...
+
+    async def usage_of_day(self, day: datetime) -> dict[str, RoleUsage]:
+        """Model calls and tokens per role in the UTC day that holds `day` (by `usage_clock`), every stream's:
+        what a daily budget has spent, as every process sharing the store has written it."""
         ...
 
     async def retries(self, stream: str | None = None) -> dict[str, int]:

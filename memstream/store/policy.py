@@ -1,6 +1,6 @@
 """Rules every backend follows alike: when a failed pending observation is tried again (the one retry
 formula, and the SQL that follows it), and the last-access updates a reflection collects to commit with its
-insights; and the bounds of a count (model usage) either backend stores."""
+insights; and the bounds of a count (model usage) either backend stores, and the day it counts in."""
 
 from __future__ import annotations
 
@@ -8,16 +8,20 @@ import contextlib
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from contextvars import ContextVar
+from datetime import datetime
 from typing import Any, Literal
 
+from memstream.clock import Clock, SystemClock
 from memstream.errors import StoreError
 
 __all__ = [
     "COUNT_CEILING",
+    "DAY_SECONDS",
     "REEMBED_PREFIX",
     "RETRY_BASE_SECONDS",
     "RETRY_CAP_SECONDS",
     "ModelRecord",
+    "UsageDay",
     "bounded_count",
     "bounded_usage",
     "collected_touches",
@@ -27,6 +31,7 @@ __all__ = [
     "retry_delay",
     "retry_delay_sql",
     "saturating_add",
+    "usage_day",
 ]
 
 # A pending observation whose model calls failed waits RETRY_BASE * 2**(failures - 1) seconds, at most
@@ -38,6 +43,7 @@ _DOUBLINGS = 30
 # inside SQLite's INTEGER and PostgreSQL's bigint (both 64-bit signed), exact as a float and in JSON, and the
 # sum of a thousand such rows still fits. A total that would pass it stays at it.
 COUNT_CEILING = 2**53 - 1
+DAY_SECONDS = 86400  # a usage row's day, and a budget's: a UTC day, from 00:00 UTC
 _touches: ContextVar[dict[int, float] | None] = ContextVar("memstream_deferred_touches", default=None)
 
 
@@ -107,6 +113,12 @@ def bounded_usage(rows: Iterable[Sequence[Any]]) -> list[tuple[Any, ...]]:
     return [(row[0], row[1], *(bounded_count(value) for value in row[2:])) for row in rows]
 
 
+def usage_day(moment: datetime) -> int:
+    """The UTC day a model call made at `moment` counts in (its 00:00 UTC, in seconds since the epoch): the day of a
+    usage row, and of a daily budget."""
+    return int(moment.timestamp()) // DAY_SECONDS * DAY_SECONDS
+
+
 def saturating_add(table: str, column: str) -> str:
     """`column = table.column + excluded.column` for an upsert, staying at COUNT_CEILING instead of overflowing
     (the same words in SQLite and PostgreSQL; `excluded` is bounded by bounded_usage)."""
@@ -143,6 +155,17 @@ def reembed_under_way(path: str, target: str) -> StoreError:
         f"{path}: its embeddings are being re-embedded with {target!r} (or a re-embedding stopped half way); "
         f"nothing is stored or recalled until it is finished: memstream reembed --stream all, with {target!r} "
         "as the persona's embedding model")
+
+
+class UsageDay:
+    """The clock that dates model usage (its UTC day: the day a daily budget counts), the wall clock unless a
+    store is opened with another (tests). Both backends date every usage row by it, in Python."""
+
+    usage_clock: Clock = SystemClock()
+
+    def usage_day(self) -> int:
+        """Today's 00:00 UTC by the usage clock, in seconds since the epoch."""
+        return usage_day(self.usage_clock.now())
 
 
 class ModelRecord:

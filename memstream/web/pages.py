@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from memstream.config import StreamConfig
-from memstream.records import Counts, EvidenceNode, Memory, RoleUsage, ScoredMemory, Stats
+from memstream.records import Counts, EvidenceNode, Memory, RoleBudget, RoleUsage, ScoredMemory, Stats
 from memstream.render import rater_alarm
 from memstream.web.charts import histogram_svg, score_bar_svg, timeline_svg, usage_svg
 from memstream.web.html import Safe, h, join
@@ -214,13 +214,35 @@ class Site:
         alarm = rater_alarm(data)
         warning = h('<p class="error">Warning: {0}.</p>', alarm) if alarm is not None else Safe("")
         body = h('<h1>Stats{0}</h1>{1}{2}<h2>Importance</h2><p class="meta">Rated memories (observations and '
-                 'reflections).</p>{9}{3}<h2>Model calls</h2>{4}{5}<p class="legend">{6}</p>{7}{8}',
+                 'reflections).</p>{9}{3}<h2>Model calls</h2>{4}{5}{10}<p class="legend">{6}</p>{7}{8}',
                  "" if stream is None else h(" of <code>{0}</code>", stream), counts, progress, histogram_svg(hist),
                  table, faults, join(h('<span class="key role-{0}"></span> {0} ', r)
                                      for r in ("rater", "reflector", "agent", "embedding")), over_time, before,
-                 warning)
+                 warning, _budget(data.budget))
         return self.layout("Stats" if stream is None else f"Stats of {stream}", body, stream=stream,
                            current="Stats")
+
+
+def _spend(spent: int, limit: int | None) -> Safe:
+    """A day's spend against its limit, with a meter (no limit: the spend alone)."""
+    if limit is None:
+        return h('{0} <span class="meta">(no limit)</span>', spent)
+    return h('{0} / {1} <meter min="0" max="{1}" low="{2}" high="{3}" optimum="0" value="{4}">{5}%</meter>',
+             spent, limit, limit * 0.75, limit * 0.9, min(spent, limit), min(100, spent * 100 // limit))
+
+
+def _budget(budget: Sequence[RoleBudget]) -> Safe:
+    """The day's spend against the daily budget (the whole persona's: every stream), when there is one."""
+    if not budget:
+        return Safe("")
+    rows = join(h('<tr><td><span class="key role-{0}"></span> {0}</td><td>{1}</td><td>{2}</td><td>{3}</td></tr>',
+                  b.role, _spend(b.calls, b.calls_per_day), _spend(b.tokens, b.tokens_per_day),
+                  h('<span class="badge danger">spent until {0} UTC</span>', f"{b.renews_at:%Y-%m-%d %H:%M}")
+                  if b.spent else "within budget") for b in budget)
+    return h('<h3>Budget today</h3><p class="meta">{0} UTC, every stream of the persona; it renews at 00:00 UTC. '
+             'A spent role makes no call: observations wait pending, replies are declined.</p>'
+             '<table class="budget"><thead><tr><th>role</th><th>calls</th><th>tokens</th><th></th></tr></thead>'
+             '<tbody>{1}</tbody></table>', f"{budget[0].day:%Y-%m-%d}", rows)
 
 
 def _pager(path: str, stream: str, page: int, more: bool) -> Safe:

@@ -351,3 +351,30 @@ async def test_an_id_no_database_can_hold_is_a_404_not_a_500(client: Client) -> 
         response = await c.get(path)
         assert response.status == 404, path
         assert "no memory #" in (await response.text())
+
+
+async def test_stats_show_the_days_spend_against_the_budget(make_memory: MakeMemory, embedder: FakeEmbedder,
+                                                            clock: FakeClock) -> None:
+    from memstream.config import BudgetConfig, RoleLimit
+
+    memory = make_memory(budget=BudgetConfig({"rater": RoleLimit(calls_per_day=6),
+                                              "agent": RoleLimit(calls_per_day=50, tokens_per_day=2000)}))
+    await build(memory, embedder, clock)
+    running = TestClient(TestServer(make_app(memory, WebOptions())))  # type: ignore[arg-type]
+    await running.start_server()
+    try:
+        page = await (await running.get("/stats", params={"s": OTHER})).text()  # the persona's: every stream
+    finally:
+        await running.close()
+    assert "<h3>Budget today</h3>" in page and "it renews at 00:00 UTC" in page
+    rows = re.findall(r"<tr><td><span class=\"key role-(\w+)\"></span> \w+</td><td>(.*?)</td><td>(.*?)</td>"
+                      r"<td>(.*?)</td></tr>", page)
+    budget = {role: (calls, tokens, state) for role, calls, tokens, state in rows if "meter" in calls}
+    renews = (datetime.now(UTC) + timedelta(days=1)).strftime("%Y-%m-%d 00:00")
+    assert budget["rater"][0].startswith('6 / 6 <meter min="0" max="6"')
+    assert budget["rater"][1] == '606 <span class="meta">(no limit)</span>'
+    assert budget["rater"][2] == f'<span class="badge danger">spent until {renews} UTC</span>'
+    assert budget["agent"][0].startswith("2 / 50 <meter") and budget["agent"][1].startswith("980 / 2000 <meter")
+    assert budget["agent"][2] == "within budget"
+    off = await make_memory().stats()
+    assert off.budget == ()

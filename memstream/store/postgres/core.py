@@ -23,7 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from memstream.errors import StoreError
 from memstream.store.events import Announcer, StoreEvent
-from memstream.store.policy import REEMBED_TARGET, ModelRecord, model_mismatch, reembed_under_way
+from memstream.store.policy import REEMBED_TARGET, ModelRecord, UsageDay, model_mismatch, reembed_under_way
 from memstream.store.postgres.connection import Conn, mapped_errors
 from memstream.store.postgres.presence import Presence
 
@@ -44,7 +44,7 @@ class _Transaction:
 _active: ContextVar[_Transaction | None] = ContextVar("memstream_postgres_transaction", default=None)
 
 
-class Core(Announcer, ModelRecord):
+class Core(Announcer, ModelRecord, UsageDay):
     """A pool of connections to one persona's database, its transactions and its meta table."""
 
     def __init__(self, pool: AsyncConnectionPool[Conn], url: str, path: str, *, readers: int | None = None) -> None:

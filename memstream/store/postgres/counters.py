@@ -8,7 +8,7 @@ from typing import Any
 
 from memstream.clock import from_timestamp
 from memstream.records import Counts, PendingState, RoleUsage, StreamState
-from memstream.store.policy import bounded_usage, saturating_add
+from memstream.store.policy import bounded_usage, saturating_add, usage_day
 from memstream.store.postgres.core import Core
 from memstream.store.records import UsageRow
 from memstream.store.rowmap import STATE_COLUMNS, counts_from_rows, pending_from_row, state_from_row, usage_from_row
@@ -20,11 +20,17 @@ _COUNTS = ("calls", "failures", "prompt_tokens", "completion_tokens", "retries")
 _USAGE = ("INSERT INTO model_usage (stream, role, calls, failures, prompt_tokens, completion_tokens, retries) "
           "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (stream, role) DO UPDATE SET "
           + ", ".join(saturating_add("model_usage", column) for column in _COUNTS))
-# A model call also counts in its UTC day's row (the wall clock's day: when the call was made, even in a replay).
+# A model call also counts in its UTC day's row (the store's usage clock, the wall clock: when the call was made,
+# even in a replay), given third (policy.usage_day).
 _DAILY_USAGE = ("INSERT INTO model_usage_daily AS d (stream, role, day, calls, failures, prompt_tokens, "
-                "completion_tokens, retries) VALUES (%s, %s, floor(extract(epoch FROM now()) / 86400)::bigint * 86400, "
+                "completion_tokens, retries) VALUES (%s, %s, %s, "
                 "%s, %s, %s, %s, %s) ON CONFLICT (stream, role, day) DO UPDATE SET "
                 + ", ".join(saturating_add("d", column) for column in _COUNTS))
+
+
+def _dated(row: Sequence[Any], day: int) -> tuple[Any, ...]:
+    """A usage row with its day, in _DAILY_USAGE's order."""
+    return (row[0], row[1], day, *row[2:])
 
 
 def _where(stream: str | None, prefix: str = "WHERE") -> tuple[str, tuple[Any, ...]]:
@@ -67,7 +73,7 @@ class Counters(Core):
         [row] = bounded_usage([(stream, role, calls, failures, prompt_tokens, completion_tokens, retries)])
         async with self.transaction():
             await self._execute(_USAGE, row)
-            await self._execute(_DAILY_USAGE, row)
+            await self._execute(_DAILY_USAGE, _dated(row, self.usage_day()))
 
     async def record_usage_many(self, rows: Sequence[UsageRow]) -> None:
         """Add many (stream, role, calls, failures, prompt tokens, completion tokens, retries) rows at once.
@@ -76,8 +82,9 @@ class Counters(Core):
         if rows:
             ordered = sorted(bounded_usage(rows), key=lambda row: (row[0], row[1]))
             async with self.transaction():
+                day = self.usage_day()
                 await self._many(_USAGE, ordered)
-                await self._many(_DAILY_USAGE, ordered)
+                await self._many(_DAILY_USAGE, [_dated(row, day) for row in ordered])
 
     async def count_fault(self, stream: str, kind: str, count: int = 1) -> None:
         """Count a degraded outcome (rating_fallback, insight_dropped, questions_trimmed, ...)."""
@@ -113,6 +120,13 @@ class Counters(Core):
                                 f"SUM(completion_tokens) FROM model_usage_daily {where} GROUP BY day, role "
                                 'ORDER BY day, role COLLATE "C"', args)
         return [(from_timestamp(row[0]), row[1], usage_from_row(row[2:])) for row in rows]
+
+    async def usage_of_day(self, day: datetime) -> dict[str, RoleUsage]:
+        """Model calls and tokens per role in the UTC day that holds `day`, every stream's."""
+        rows = await self._rows("SELECT role, SUM(calls), SUM(failures), SUM(prompt_tokens), SUM(completion_tokens) "
+                                'FROM model_usage_daily WHERE day = %s GROUP BY role ORDER BY role COLLATE "C"',
+                                (usage_day(day),))
+        return {row[0]: usage_from_row(row[1:]) for row in rows}
 
     async def retries(self, stream: str | None = None) -> dict[str, int]:
         """Failed requests the model client retried, per role (one stream, or all)."""

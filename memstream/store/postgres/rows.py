@@ -187,6 +187,12 @@ class Rows(Counters):
             "UPDATE memories SET attempts = attempts + 1, claimed_until = NULL, "
             f"next_attempt_at = %s + {retry_delay_sql('postgres')} WHERE id = %s", (at, memory_id))
 
+    async def postpone(self, ids: Sequence[int], until: float) -> None:
+        """Pending memories wait until `until` (a spent budget's renewal); no attempt counted, the claim let go."""
+        if ids:
+            await self._execute("UPDATE memories SET next_attempt_at = %s, claimed_until = NULL WHERE status = "
+                                "'pending' AND id = ANY(%s)", (until, sorted({int(i) for i in ids})))
+
     async def update_text(self, memory_id: int, text: str, embedding: npt.NDArray[np.float32] | None = None) -> None:
         """Replace an observation's text (an edited message): with `embedding`, its embedding too; without,
         the memory goes back to pending, to be embedded again by the write path."""

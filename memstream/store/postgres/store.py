@@ -6,6 +6,7 @@ import contextlib
 from pathlib import Path
 from typing import Self
 
+from memstream.clock import Clock
 from memstream.config import redact
 from memstream.errors import StoreError
 from memstream.store.postgres.connection import make_pool
@@ -20,7 +21,7 @@ class PostgresStore(Transfer):
 
     @classmethod
     async def open(cls, location: str | Path, *, migrations: Path | None = None,
-                   load_processes: int | None = None) -> Self:
+                   load_processes: int | None = None, clock: Clock | None = None) -> Self:
         """Connect (a pool of connections), apply pending migrations (migrations/postgres/ or `migrations`).
 
         `load_processes`: how many connections read a large stream at load; None (the default) uses
@@ -33,6 +34,8 @@ class PostgresStore(Transfer):
         await migrate(url, postgres_migrations(migrations))
         pool = await make_pool(url)
         store = cls(pool, url, redact(url), readers=load_processes)
+        if clock is not None:
+            store.usage_clock = clock  # what dates model usage (policy.UsageDay)
         try:
             await store.finish_scrub()
         except BaseException:

@@ -16,13 +16,13 @@ import numpy.typing as npt
 
 from memstream.errors import StoreError
 from memstream.store.events import Announcer, StoreEvent
-from memstream.store.policy import REEMBED_TARGET, ModelRecord, model_mismatch, reembed_under_way
+from memstream.store.policy import REEMBED_TARGET, ModelRecord, UsageDay, model_mismatch, reembed_under_way
 from memstream.store.sqlite.connection import Connection
 
 __all__ = ["Core"]
 
 
-class Core(Announcer, ModelRecord):
+class Core(Announcer, ModelRecord, UsageDay):
     """A connection to one persona's SQLite file, its transactions and its meta table."""
 
     def __init__(self, conn: Connection, path: str, *, load_processes: int | None = None) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from memstream.clock import from_timestamp
 from memstream.records import Counts, PendingState, RoleUsage, StreamState
-from memstream.store.policy import bounded_usage, saturating_add
+from memstream.store.policy import bounded_usage, saturating_add, usage_day
 from memstream.store.records import UsageRow
 from memstream.store.rowmap import STATE_COLUMNS, counts_from_rows, pending_from_row, state_from_row, usage_from_row
 from memstream.store.sqlite.migrate import Migrations
@@ -26,9 +26,10 @@ def _sums(table: str) -> str:
 
 USAGE = ("INSERT INTO model_usage (stream, role, calls, failures, prompt_tokens, completion_tokens, retries) "
          f"VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (stream, role) DO UPDATE SET {_sums('model_usage')}")
-# A model call also counts in its UTC day's row (the wall clock's day: when the call was made, even in a replay).
+# A model call also counts in its UTC day's row (the store's usage clock, the wall clock: when the call was made,
+# even in a replay), given last (?8: policy.usage_day).
 DAILY_USAGE = ("INSERT INTO model_usage_daily (stream, role, day, calls, failures, prompt_tokens, completion_tokens, "
-                "retries) VALUES (?1, ?2, CAST(strftime('%s', 'now') AS INTEGER) / 86400 * 86400, ?3, ?4, ?5, ?6, ?7) "
+                "retries) VALUES (?1, ?2, ?8, ?3, ?4, ?5, ?6, ?7) "
                 f"ON CONFLICT (stream, role, day) DO UPDATE SET {_sums('model_usage_daily')}")
 
 
@@ -75,7 +76,7 @@ class Counters(Migrations):
         """Count model calls (failed ones, and retries the client made) and tokens per stream and role."""
         [row] = bounded_usage([(stream, role, calls, failures, prompt_tokens, completion_tokens, retries)])
         await self.conn.execute(USAGE, row)
-        await self.conn.execute(DAILY_USAGE, row)
+        await self.conn.execute(DAILY_USAGE, (*row, self.usage_day()))
 
     async def count_fault(self, stream: str, kind: str, count: int = 1) -> None:
         """Count a degraded outcome (rating_fallback, insight_dropped, questions_trimmed, ...)."""
@@ -107,8 +108,9 @@ class Counters(Migrations):
         """Add many (stream, role, calls, failures, prompt tokens, completion tokens, retries) rows at once."""
         if rows:
             bounded = bounded_usage(rows)
+            day = self.usage_day()
             await self.conn.executemany(USAGE, bounded)
-            await self.conn.executemany(DAILY_USAGE, bounded)
+            await self.conn.executemany(DAILY_USAGE, [(*row, day) for row in bounded])
 
     async def usage(self, stream: str | None = None) -> dict[str, RoleUsage]:
         """Model calls and tokens per role (one stream, or all)."""
@@ -127,6 +129,14 @@ class Counters(Migrations):
             f"FROM model_usage_daily {where} GROUP BY day, role ORDER BY day, role", args
         ) as cur:
             return [(from_timestamp(row[0]), row[1], usage_from_row(row[2:])) for row in await cur.fetchall()]
+
+    async def usage_of_day(self, day: datetime) -> dict[str, RoleUsage]:
+        """Model calls and tokens per role in the UTC day that holds `day`, every stream's."""
+        async with self.conn.execute(
+            "SELECT role, SUM(calls), SUM(failures), SUM(prompt_tokens), SUM(completion_tokens) "
+            "FROM model_usage_daily WHERE day = ? GROUP BY role ORDER BY role", (usage_day(day),)
+        ) as cur:
+            return {row[0]: usage_from_row(row[1:]) for row in await cur.fetchall()}
 
     async def retries(self, stream: str | None = None) -> dict[str, int]:
         """Failed requests the model client retried, per role (one stream, or all)."""

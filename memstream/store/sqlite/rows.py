@@ -211,6 +211,13 @@ class Rows(Counters):
             "WHERE id = ?", (at, memory_id),
         )
 
+    async def postpone(self, ids: Sequence[int], until: float) -> None:
+        """Pending memories wait until `until` (a spent budget's renewal); no attempt counted."""
+        async with self.transaction():
+            for chunk in chunks(sorted({int(i) for i in ids}), CHUNK):
+                await self.conn.execute(f"UPDATE memories SET next_attempt_at = ? WHERE status = 'pending' AND id IN "
+                                        f"({','.join('?' * len(chunk))})", [until, *chunk])
+
     async def update_text(self, memory_id: int, text: str, embedding: npt.NDArray[np.float32] | None = None) -> None:
         """Replace an observation's text (an edited message): with `embedding`, its embedding too; without,
         the memory goes back to pending, to be embedded again by the write path."""
@@ -310,6 +317,7 @@ class Rows(Counters):
         touching = ids if collected is None else []
         marks = ",".join("?" * len(ids))
         usage = bounded_usage(usage)
+        day = self.usage_day()
 
         def read_and_write(conn: Any) -> tuple[list[Any], list[Any], bool]:
             """The rows, the touches written, and whether the write joined a transaction another task holds."""
@@ -325,7 +333,7 @@ class Rows(Counters):
                     written = conn.execute(f"{_TOUCH} ({marks}) {_TOUCHED}", [at, *touching]).fetchall()
                 if usage:
                     conn.executemany(USAGE, usage)
-                    conn.executemany(DAILY_USAGE, usage)
+                    conn.executemany(DAILY_USAGE, [(*row, day) for row in usage])
                 if began:
                     conn.execute("COMMIT")
             except BaseException:

@@ -9,6 +9,7 @@ from typing import Any, Self
 
 import sqlite_vec
 
+from memstream.clock import Clock
 from memstream.errors import StoreError
 from memstream.store.migrations import all_migrations
 from memstream.store.sqlite import connection
@@ -40,7 +41,7 @@ class SQLiteStore(Transfer):
 
     @classmethod
     async def open(cls, path: str | Path, *, migrations: Path | None = None,
-                   load_processes: int | None = None) -> Self:
+                   load_processes: int | None = None, clock: Clock | None = None) -> Self:
         """Open (creating if needed) the file, load sqlite-vec, apply pending migrations.
 
         `load_processes`: how many processes read a stream's rows when it is first loaded; None (the
@@ -71,6 +72,8 @@ class SQLiteStore(Transfer):
         except (module.Error, StoreError) as exc:
             raise StoreError(f"cannot open {location}: {exc}") from exc
         store = cls(conn, location, load_processes=load_processes)
+        if clock is not None:
+            store.usage_clock = clock  # what dates model usage (policy.UsageDay)
         try:
             # The busy timeout first: switching a new file to WAL waits for another process doing the same
             # (SQLite refuses at once there; the connection tries again within its lock wait).
