@@ -3,6 +3,7 @@ down, completed once it is back (after its backoff) or at the next start, and ne
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -132,7 +133,38 @@ async def test_a_damaged_stream_is_reported_once_and_the_other_servers_are_still
 
 
 def _damage_page_holding(db: Path, needle: bytes) -> None:
-    page = db.read_bytes().index(needle) // 4096
+    """Damage the leaf page that holds the live row with `needle` in its text: of the pages where the bytes occur
+    (a page reused by other rows, or as an interior page over many, can still hold a stale copy in its free
+    space), the one whose damage, tried on a copy of the file, breaks the reading of that row and of no row far
+    from it."""
+    from memstream.store import sqlite_module
+
+    conn = sqlite_module().connect(db)
+    try:
+        [(row,)] = conn.execute("SELECT id FROM memories WHERE text LIKE ?", (f"%{needle.decode()}%",)).fetchall()
+        far = [i for (i,) in conn.execute("SELECT id FROM memories WHERE abs(id - ?) > 8", (row,))]
+    finally:
+        conn.close()
+    data = db.read_bytes()
+    pages = sorted({match.start() // 4096 for match in re.finditer(re.escape(needle), data)})
+    trial = db.with_name("trial.db")
+    for page in pages:
+        trial.write_bytes(data[:page * 4096] + b"\xa5" * 4096 + data[(page + 1) * 4096:])
+        conn = sqlite_module().connect(trial)
+        try:  # by id: SQLite reads only the pages on the way to each row
+            conn.execute("SELECT text FROM memories WHERE id = ?", (row,)).fetchall()
+        except sqlite_module().DatabaseError:
+            try:
+                for other in far:
+                    conn.execute("SELECT text FROM memories WHERE id = ?", (other,)).fetchall()
+            except sqlite_module().DatabaseError:
+                continue  # an interior page: more than this row's neighbours go with it
+            break
+        finally:
+            conn.close()
+    else:
+        raise AssertionError(f"no page of {pages} holds the row with {needle!r}")
+    trial.unlink()
     with open(db, "r+b") as f:
         f.seek(page * 4096)
         f.write(b"\xa5" * 4096)

@@ -52,6 +52,6 @@ class Evidence(EvidenceWalk, Loading):
         stream's memories."""
         rows = await self._rows(
             "SELECT e.reflection_id, e.memory_id FROM evidence e JOIN memories m ON m.id = e.reflection_id "
-            "WHERE m.stream = %s ORDER BY e.reflection_id, e.position", (stream,))
+            "WHERE m.stream = %s AND m.kind = 'reflection' ORDER BY e.reflection_id, e.position", (stream,))
         return links(rows)
 

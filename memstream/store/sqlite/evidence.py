@@ -51,13 +51,13 @@ class Evidence(EvidenceWalk, Loading):
             return [row[0] for row in await cur.fetchall()]
 
     async def evidence_links(self, stream: str) -> dict[int, list[int]]:
-        """Every reflection of a stream (ready or not) and the memories it cites, in citation order. Read from
-        the evidence pointers (a reflection cites one memory at least: min_citations), never a scan of the
-        stream's memories."""
+        """Every reflection of a stream (ready or not) and the memories it cites, in citation order. Only this
+        stream's rows are read (its memories through their index, then each reflection's pointers by key): never
+        another stream's pages, so a page damaged in one stream cannot stop another from loading."""
         rows = await self.conn.execute_fetchall(
-            # CROSS JOIN: SQLite reads the evidence first (not every memory of the stream through its index)
-            "SELECT e.reflection_id, e.memory_id FROM evidence e CROSS JOIN memories m ON m.id = e.reflection_id "
-            "WHERE m.stream = ? ORDER BY e.reflection_id, e.position", (stream,))
+            # CROSS JOIN: the stream's memories first (memories_by_stream), not every stream's evidence
+            "SELECT e.reflection_id, e.memory_id FROM memories m CROSS JOIN evidence e ON e.reflection_id = m.id "
+            "WHERE m.stream = ? AND m.kind = 'reflection' ORDER BY e.reflection_id, e.position", (stream,))
         return links(rows)
 
 
