@@ -6,6 +6,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from bench.peers import lines as peer_lines
+
 
 def _n(n: int) -> str:
     return f"{n // 1_000_000}M" if n >= 1_000_000 else f"{n // 1000}k"
@@ -58,6 +60,9 @@ def table(results: dict[str, Any]) -> str:
         lines += ["", "4. Reply overhead (respond() with instant models; target median <= 30 ms)",
                   f"   {_n(r['n'])} x {r['dim']}: median {r['median_ms']:.1f} ms, p90 {r['p90_ms']:.1f} ms "
                   f"(explain alone {r['explain_median_ms']:.1f} ms), {r['mentions']} mentions"]
+    if results.get("peers"):
+        lines += ["", "5. Peers: what a user would pick instead, same run, same embeddings (`python -m bench.peers`)",
+                  *peer_lines(results["peers"])]
     return "\n".join(lines)
 
 
