@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import math
 import os
 import shutil
@@ -117,8 +118,8 @@ def _connect(path: str) -> Any:
     return conn
 
 
-def _peers(data: Columns, q: npt.NDArray[np.float32], n: int, dim: int,
-           cores: int) -> tuple[dict[str, Callable[[], list[int]]], dict[str, str]]:
+def _peers(data: Columns, q: npt.NDArray[np.float32], n: int, dim: int, cores: int,
+           cleanup: contextlib.ExitStack) -> tuple[dict[str, Callable[[], list[int]]], dict[str, str]]:
     """The relevance-only peers that are installed (each a call giving the top k ids), and why any is not."""
     runs: dict[str, Callable[[], list[int]]] = {}
     skipped: dict[str, str] = {}
@@ -140,6 +141,7 @@ def _peers(data: Columns, q: npt.NDArray[np.float32], n: int, dim: int,
         flat.add(data.embeddings)
         runs["faiss"] = lambda: [int(i) for i in data.ids[flat.search(q[None, :], K)[1][0]]]
     conn = _connect(f"file:{vec0_file(n, dim)}?mode=ro")
+    cleanup.callback(conn.close)
     blob = to_blob(q)
     runs["vec0"] = lambda: [row[0] for row in conn.execute(
         "SELECT rowid FROM peers WHERE embedding MATCH ? AND k = ? ORDER BY distance", (blob, K))]
@@ -151,15 +153,17 @@ async def _measure(n: int, dim: int, reps: int) -> dict[str, Any]:
     q, config = query(dim), StreamConfig()
     relevance_top = [int(i) for i in data.ids[np.argsort(-(data.embeddings @ q))[:K]]]
     by_hand = ByHand(data, config)
-    peers, skipped = _peers(data, q, n, dim, len(os.sched_getaffinity(0)))
+    cores = len(os.sched_getaffinity(0))
+    cleanup = contextlib.ExitStack()
+    peers, skipped = _peers(data, q, n, dim, cores, cleanup)
     folder = Path(tempfile.mkdtemp(prefix="bench-peers-"))
+    cleanup.callback(shutil.rmtree, folder, ignore_errors=True)
     path = folder / store_file(n, dim).name  # a copy: retrieve touches what it returns
     shutil.copyfile(store_file(n, dim), path)
     role = RoleModel(ScriptedChat(default="5"), "none")
     memory = MemoryStream(await Store.open(path), FakeEmbedder(dim, fixed={QUERY: q.tolist()}), rater=role,
                           reflector=role, agent=role, name="Bench", summary="", config=config,
                           clock=FakeClock(from_timestamp(NOW)), auto_reflect=False)
-    cores = len(os.sched_getaffinity(0))
     try:
         kernels.warm()
         # Before any touch: the answer the others are checked against (explain touches nothing).
@@ -176,7 +180,7 @@ async def _measure(n: int, dim: int, reps: int) -> dict[str, Any]:
         agree = {"numpy": by_hand(q, NOW) == spec_top, **{name: run() == relevance_top for name, run in peers.items()}}
     finally:
         await memory.close()
-        shutil.rmtree(folder, ignore_errors=True)
+        cleanup.close()
     med = {name: statistics.median(values) for name, values in times.items()}
     med["floor"] = min(med.pop("floor_sum"), med.pop("floor_loops"))
     return {"n": n, "dim": dim, "reps": reps, "cores": cores, "ms": med,
