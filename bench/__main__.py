@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_info
 
-from bench import cost, ingest, opening, reflection, reply, retrieval
+from bench import cost, ingest, opening, peers, reflection, reply, retrieval
 from bench.data import store_file
 from bench.report import plot, table
 
@@ -23,11 +23,11 @@ ROOT = Path(__file__).resolve().parent
 FULL = {"retrieval": [(10_000, 384, 41, 5, 3), (100_000, 384, 21, 3, 0), (1_000_000, 384, 9, 2, 0),
                       (100_000, 1536, 15, 3, 1)],
         "opening": (1_000_000, 384), "ingest": [(2000, None), (2000, 8), (2000, 32)], "reply": (100_000, 60),
-        "reflection": (60, 60), "cost": (1000, 50)}
-CASES = ("retrieval", "opening", "ingest", "reply", "reflection", "cost")
+        "reflection": (60, 60), "cost": (1000, 50), "peers": [(100_000, 384, 15), (1_000_000, 384, 10)]}
 QUICK = {"retrieval": [(10_000, 384, 15, 2, 1), (100_000, 384, 9, 2, 0)],
          "opening": (100_000, 384), "ingest": [(500, None)], "reply": (100_000, 20), "reflection": (20, 30),
-         "cost": (1000, 50)}
+         "cost": (1000, 50), "peers": [(10_000, 384, 10), (100_000, 384, 10)]}
+CASES = ("retrieval", "opening", "ingest", "reply", "reflection", "cost", "peers")
 
 
 def machine() -> dict[str, Any]:
@@ -42,11 +42,13 @@ def machine() -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions (about a minute)")
-    parser.add_argument("--cases", default=",".join(CASES), help="comma-separated subset")
+    parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated subset of {', '.join(CASES)}")
     parser.add_argument("--out", type=Path, default=ROOT / "results")
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
     cases = set(args.cases.split(","))
+    if not cases <= set(CASES):
+        parser.error(f"--cases: no case {', '.join(sorted(cases - set(CASES)))} (cases: {', '.join(CASES)})")
     results: dict[str, Any] = {"machine": machine(), "quick": args.quick, "started": time.time()}
     previous = args.out / "latest.json"
     if cases != set(CASES) and previous.exists():
@@ -72,12 +74,18 @@ def main() -> None:
     if "reply" in cases:
         n, mentions = plan["reply"]
         results["reply"] = asyncio.run(reply.run(n, 384, mentions))
+        print("reply done", flush=True)
     if "reflection" in cases:
         results["reflection"] = asyncio.run(reflection.run(*plan["reflection"]))
     if "cost" in cases:
         messages, mentions_every = plan["cost"]
         results["cost"] = asyncio.run(cost.run(messages, mentions_every))
         print("cost done", flush=True)
+    if "peers" in cases:
+        results["peers"] = []
+        for n, dim, reps in plan["peers"]:
+            results["peers"].append(peers.run_case(n, dim, reps))
+            print(f"peers {n}x{dim} done", flush=True)
     results["machine"]["load_average_end"] = os.getloadavg()
     results["seconds"] = time.time() - results["started"]
     args.out.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from bench.data import NOW, STREAM, columns, query, store_file, text
-from bench.timing import BLOCK, WARM, Floors, plain_words, rounds
+from bench.timing import Floors, plain_words, rounds, rounds_async
 from memstream import MemoryStream, RoleModel, Store
 from memstream.clock import from_timestamp
 from memstream.config import StreamConfig
@@ -75,27 +75,6 @@ def run_case(n: int, dim: int, reps: int, screen_mb: int = StreamConfig.screen_m
             "retrieve_hybrid_over_dense": med["retrieve_hybrid"] / med["retrieve"]}
 
 
-async def _rounds_async(runs: dict[str, Any], reps: int) -> dict[str, list[float]]:
-    """timing.rounds with MemoryStream.retrieve among the runs (a stream in place of a function), timed in the event
-    loop as a caller would."""
-    async def once(run: Any) -> float:
-        start = time.perf_counter()
-        if isinstance(run, MemoryStream):
-            await run.retrieve(QUERY, stream=STREAM)
-        else:
-            run()
-        return (time.perf_counter() - start) * 1e3
-
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(-(-reps // BLOCK)):
-        for name, run in runs.items():
-            for _ in range(WARM):
-                await once(run)
-            for _ in range(BLOCK):
-                times[name].append(await once(run))
-    return times
-
-
 async def _public(n: int, dim: int, reps: int, pool: ThreadPoolExecutor, cores: int,
                   configs: tuple[StreamConfig, StreamConfig]) -> dict[str, list[float]]:
     """MemoryStream.retrieve, the public path (embed, score, fetch, touch in the file), over a store file each
@@ -134,8 +113,8 @@ async def _public(n: int, dim: int, reps: int, pool: ThreadPoolExecutor, cores: 
                              for p in np.array_split(codes, cores)]
                     runs["screen_pass"] = lambda words=words: list(pool.map(plain_words, words))
 
-            runs[name] = memory
-            times.update(await _rounds_async(runs, reps))
+            runs[name] = lambda memory=memory: memory.retrieve(QUERY, stream=STREAM)
+            times.update(await rounds_async(runs, reps))
     finally:
         for memory in streams.values():
             await memory.close()

@@ -6,6 +6,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from bench.peers import lines as peer_lines
+
 
 def _n(n: int) -> str:
     return f"{n // 1_000_000}M" if n >= 1_000_000 else f"{n // 1000}k"
@@ -62,6 +64,9 @@ def table(results: dict[str, Any]) -> str:
         lines += _reflection(results["reflection"])
     if "cost" in results:
         lines += ["", *cost_lines(results["cost"])]
+    if results.get("peers"):
+        lines += ["", "7. Peers: what a user would pick instead, same run, same embeddings (`python -m bench.peers`)",
+                  *peer_lines(results["peers"])]
     return "\n".join(lines)
 
 

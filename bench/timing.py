@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -9,7 +11,7 @@ from typing import Any
 import numba
 import numpy as np
 
-__all__ = ["BLOCK", "WARM", "Floors", "ms", "plain_sum", "plain_words", "rounds"]
+__all__ = ["BLOCK", "WARM", "Floors", "ms", "plain_sum", "plain_words", "rounds", "rounds_async"]
 
 
 def ms(fn: Any) -> float:
@@ -78,4 +80,27 @@ def rounds(runs: dict[str, Any], reps: int) -> dict[str, list[float]]:
             for _ in range(WARM):
                 fn()
             times[name].extend(ms(fn) for _ in range(BLOCK))
+    return times
+
+
+async def rounds_async(runs: dict[str, Any], reps: int, settle: float = 0.0) -> dict[str, list[float]]:
+    """`rounds`, in the event loop, where a run may return an awaitable (MemoryStream.retrieve, awaited as a
+    caller would). `settle` seconds pass before each kind's untimed runs: the threads of the kind before
+    (OpenBLAS's, OpenMP's) spin for a while after their last call and would slow the next kind."""
+    async def once(run: Any) -> float:
+        start = time.perf_counter()
+        result = run()
+        if inspect.isawaitable(result):
+            await result
+        return (time.perf_counter() - start) * 1e3
+
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(-(-reps // BLOCK)):
+        for name, run in runs.items():
+            if settle:
+                await asyncio.sleep(settle)
+            for _ in range(WARM):
+                await once(run)
+            for _ in range(BLOCK):
+                times[name].append(await once(run))
     return times
