@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 from memstream.agent import Agent
 from memstream.clock import Clock, SystemClock, to_timestamp
 from memstream.config import PersonaConfig, StreamConfig
-from memstream.errors import ProviderError
+from memstream.errors import ConfigError, ProviderError
 from memstream.index.profiles import uses_lexical
 from memstream.index.retriever import Retriever, RetrieverLike
 from memstream.index.vector_index import VectorIndex
@@ -37,6 +37,7 @@ from memstream.records import (
 )
 from memstream.reflect import Reflection, Reflector
 from memstream.store import NewTrace, Store
+from memstream.text import check_text
 
 __all__ = ["DEFAULT_STREAM", "MemoryStream", "Observation", "Reply"]
 
@@ -375,7 +376,9 @@ class MemoryStream:
         memory its new text, pending again (out of retrieval until embedded), so the edit is never lost; the
         old text is then scrubbed from the files, and the new one embedded now if the models answer, else by
         the retries of pending memories (`complete_pending`). The memory as it is afterwards (pending if
-        the models failed), None if no memory was made from the message."""
+        the models failed), None if no memory was made from the message. Text that cannot be stored (empty, or
+        not valid text) is ConfigError, before anything is written."""
+        _check_edit(text)
         async with self.store.transaction():
             memory_id = await self.store.find_message(stream, message_id)
             keep = [] if memory_id is None else [memory_id]
@@ -410,3 +413,13 @@ class MemoryStream:
                      usage=await store.usage(stream), faults=await store.faults(stream),
                      retries=await store.retries(stream), reflection_threshold=self.config.reflection_threshold,
                      state=None if stream is None else await store.state(stream))
+
+
+def _check_edit(text: str) -> None:
+    """An edited message's text, refused as an observation's would be (ConfigError): never stored, never retried."""
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError("an edited message needs some text: it is empty or only white space (delete it instead)")
+    try:
+        check_text(text, "edited text")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
