@@ -15,16 +15,18 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_info
 
-from bench import ingest, opening, reply, retrieval
+from bench import ingest, opening, reply, retrieval, soak
 from bench.data import store_file
 from bench.report import plot, table
 
 ROOT = Path(__file__).resolve().parent
 FULL = {"retrieval": [(10_000, 384, 41, 5, 3), (100_000, 384, 21, 3, 0), (1_000_000, 384, 9, 2, 0),
                       (100_000, 1536, 15, 3, 1)],
-        "opening": (1_000_000, 384), "ingest": [(2000, None), (2000, 8), (2000, 32)], "reply": (100_000, 60)}
+        "opening": (1_000_000, 384), "ingest": [(2000, None), (2000, 8), (2000, 32)], "reply": (100_000, 60),
+        "soak": 10.0}
 QUICK = {"retrieval": [(10_000, 384, 15, 2, 1), (100_000, 384, 9, 2, 0)],
-         "opening": (100_000, 384), "ingest": [(500, None)], "reply": (100_000, 20)}
+         "opening": (100_000, 384), "ingest": [(500, None)], "reply": (100_000, 20), "soak": 0.5}
+DEFAULT_CASES = "retrieval,opening,ingest,reply"  # soak (10 minutes, or 30 s with --quick) when asked: --cases soak
 
 
 def machine() -> dict[str, Any]:
@@ -39,14 +41,17 @@ def machine() -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions (about a minute)")
-    parser.add_argument("--cases", default="retrieval,opening,ingest,reply", help="comma-separated subset")
+    parser.add_argument("--cases", default=DEFAULT_CASES,
+                        help=f"comma-separated subset of {DEFAULT_CASES},soak (default: all but soak)")
+    parser.add_argument("--soak-minutes", type=float, default=None,
+                        help="how long the soak's faults last (default 10, or 0.5 with --quick)")
     parser.add_argument("--out", type=Path, default=ROOT / "results")
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
     cases = set(args.cases.split(","))
     results: dict[str, Any] = {"machine": machine(), "quick": args.quick, "started": time.time()}
     previous = args.out / "latest.json"
-    if cases != {"retrieval", "opening", "ingest", "reply"} and previous.exists():
+    if cases != set(DEFAULT_CASES.split(",")) and previous.exists():
         # A partial run updates its cases in the last full results and keeps the others.
         kept = json.loads(previous.read_text())
         if kept.get("quick") == args.quick:
@@ -69,6 +74,13 @@ def main() -> None:
     if "reply" in cases:
         n, mentions = plan["reply"]
         results["reply"] = asyncio.run(reply.run(n, 384, mentions))
+    failed: list[str] = []
+    if "soak" in cases:
+        report = asyncio.run(soak.run_soak(soak.Plan(minutes=args.soak_minutes or plan["soak"])))
+        print("\n".join(report.lines()), flush=True)
+        failed = report.failures()
+        results["soak"] = {**{k: v for k, v in vars(report).items() if k != "plan"}, "plan": vars(report.plan),
+                           "failures": failed}
     results["machine"]["load_average_end"] = os.getloadavg()
     results["seconds"] = time.time() - results["started"]
     args.out.mkdir(parents=True, exist_ok=True)
@@ -81,6 +93,8 @@ def main() -> None:
             docs.mkdir(exist_ok=True)
             shutil.copy(image, docs / "bench.png")
     print(f"\nwritten: {args.out / 'latest.json'} ({results['seconds']:.0f} s)")
+    if failed:
+        raise SystemExit("soak FAILED: " + "; ".join(failed))
 
 
 if __name__ == "__main__":

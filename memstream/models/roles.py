@@ -40,6 +40,7 @@ class Models:
         self.store, self.embedder = store, embedder
         self.roles = {"rater": rater, "reflector": reflector, "agent": agent}
         self._usage: dict[tuple[str, str], list[int]] = {}
+        self._dimensions: int | None = None  # the store's embedding size, once it has one
 
     async def complete(self, role: str, prompt: str, *, stream: str) -> str:
         """Ask the model of `role`; ProviderError on failure (counted)."""
@@ -102,19 +103,34 @@ class Models:
             self.restore_usage(rows)
             raise
 
-    async def embed(self, texts: Sequence[str], *, stream: str) -> npt.NDArray[np.float32]:
-        """Unit-length embeddings for `texts`, in one call to the embedder."""
+    async def embed(self, texts: Sequence[str], *, stream: str, any_size: bool = False) -> npt.NDArray[np.float32]:
+        """Unit-length embeddings for `texts`, in one call to the embedder. A model server's vectors are untrusted
+        input: the wrong count or shape, NaN, or a size other than the store's (unless `any_size`: a re-embedding
+        into another model) is EmbeddingError, a failed call, never written."""
         try:
             vectors = await self.embedder.embed_batch(list(texts))
+            matrix = np.asarray(vectors, dtype=np.float32)
+            if matrix.ndim != 2 or matrix.shape[0] != len(texts) or matrix.shape[1] == 0:
+                raise EmbeddingError(f"the embedder returned shape {matrix.shape} for {len(texts)} texts")
+            if not np.isfinite(matrix).all():
+                raise EmbeddingError("the embedder returned NaN or infinite values")
+            if not any_size:
+                await self._sized(matrix)
         except ProviderError:
             await self._count(stream, "embedding", failures=1)
             raise
         tokens = self.embedder.take_tokens() if isinstance(self.embedder, TokenMeter) else 0
         retries = self.embedder.take_retries() if isinstance(self.embedder, RetryMeter) else 0
         await self._count(stream, "embedding", prompt_tokens=tokens, retries=retries)
-        matrix = np.asarray(vectors, dtype=np.float32)
-        if matrix.ndim != 2 or matrix.shape[0] != len(texts) or matrix.shape[1] == 0:
-            raise EmbeddingError(f"the embedder returned shape {matrix.shape} for {len(texts)} texts")
-        if not np.isfinite(matrix).all():
-            raise EmbeddingError("the embedder returned NaN or infinite values")
         return normalize_rows(matrix)
+
+    async def _sized(self, matrix: npt.NDArray[np.float32]) -> None:
+        """EmbeddingError unless the vectors have the store's size (any size while the store has none yet)."""
+        if self._dimensions is None:
+            known = await self.store.get_meta("embedding_dimensions")
+            if known is None:
+                return
+            self._dimensions = int(known)  # a store's size changes only by a re-embedding, in its own process
+        if matrix.shape[1] != self._dimensions:
+            raise EmbeddingError(f"the embedding model answered with vectors of {matrix.shape[1]} dimensions, the "
+                                 f"store's have {self._dimensions}; the answer is not used")
