@@ -38,7 +38,8 @@ from tests.fakes.openai_server import ChatRequest, FakeOpenAIServer
 
 QUESTIONS = "most salient high-level"
 INSIGHTS = "high-level insights can you infer"
-COULD_NOT = "Sorry, I can't think straight right now"  # bot/cogs/chat.py's answer when the models fail
+# bot/cogs/chat.py's answers when the models fail, and when the store cannot take the reply
+COULD_NOT = ("Sorry, I can't think straight right now", "Sorry, I couldn't answer that just now")
 
 
 @dataclass(frozen=True)

@@ -110,8 +110,9 @@ class ChatCog(commands.Cog):
             self.bot.report_damage(message_stream(message), exc)
             await self._send_safe(message, "Sorry, my memory of this place is damaged; I've told my keeper.")
             return
-        except MemstreamError as exc:
+        except MemstreamError as exc:  # the store could not take the reply (full, locked, away): say so
             log.error("could not answer message %s: %s", message.id, exc)
+            await self._send_safe(message, "Sorry, I couldn't answer that just now. Try me again in a bit.")
             return
         # The reply and its trace are stored (the reply as a pending memory): send first, then rate and embed
         # it, so that an answer waits for no model call but the agent's.
