@@ -116,7 +116,10 @@ class Changes:
 
     async def _edit(self, key: str, edit: Edit) -> None:
         memory = await self.memory.edit_message(edit.stream, key, edit.text)
-        if memory is not None and memory.status == "pending":
+        if memory is None:  # common (a message from before the persona came, a bot's): not worth more than DEBUG
+            log.debug("the edit of message %s changes nothing: no memory was made from it (never stored, or "
+                      "forgotten)", key)
+        elif memory.status == "pending":
             log.info("the edit of message %s is stored, its old text gone; the memory waits for the models "
                      "(retried with backoff) before it is recalled again", key)
 

@@ -82,7 +82,7 @@ async def test_changes_the_store_cannot_take_now_wait_and_are_applied_in_order(
 
 async def test_an_edit_the_store_refuses_for_good_is_dropped_with_one_line(
         memory: MemoryStream, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="bot.changes")
+    caplog.set_level(logging.DEBUG, logger="bot.changes")
     ids = await _stored(memory, "m1", "m2")
     changes = Changes(memory, retry=0.02, cap=0.1)
     runner = asyncio.create_task(changes.run())
@@ -103,6 +103,8 @@ async def test_an_edit_the_store_refuses_for_good_is_dropped_with_one_line(
     assert len(lines) == 2, lines
     assert lines[0].startswith("the edit of message(s) m1 is dropped: the store refuses it for good")
     assert "not valid text" in lines[0] and "empty" in lines[1]
+    nothing = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG and r.name == "bot.changes"]
+    assert len(nothing) == 2 and all("changes nothing: no memory was made from it" in line for line in nothing)
 
 
 async def test_the_bot_applies_an_edit_and_a_deletion_made_while_the_disk_was_full(
