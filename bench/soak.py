@@ -62,6 +62,10 @@ class SoakReport:
     sent: int = 0
     stored: int = 0
     duplicated: int = 0
+    edits: int = 0
+    edits_applied: int = 0  # the memory has the edited text
+    deletions: int = 0
+    deletions_applied: int = 0  # no memory left of the message
     mentions: int = 0
     replies: int = 0
     could_not: int = 0
@@ -76,8 +80,12 @@ class SoakReport:
     def failures(self) -> list[str]:
         """The checks that failed (none: the soak passed)."""
         out = []
-        if self.stored != self.sent:
-            out.append(f"{self.sent - self.stored} message(s) not stored")
+        if self.stored != self.sent - self.deletions:
+            out.append(f"{self.sent - self.deletions - self.stored} message(s) not stored")
+        if self.edits_applied != self.edits:
+            out.append(f"{self.edits - self.edits_applied} edit(s) not applied")
+        if self.deletions_applied != self.deletions:
+            out.append(f"{self.deletions - self.deletions_applied} deleted message(s) still remembered")
         if self.duplicated:
             out.append(f"{self.duplicated} message(s) stored more than once")
         if self.replies + self.could_not != self.mentions or self.unanswered:
@@ -93,7 +101,10 @@ class SoakReport:
             f"(seed {self.plan.seed}), {self.plan.rate:g} msg/s, a mention every {self.plan.mention_every:g} s",
             f"model calls: {self.model_calls}, faults injected: {sum(self.faults.values())} ({faults})",
             f"messages sent: {self.sent}",
-            f"memories stored: {self.stored} (stored twice: {self.duplicated})",
+            f"memories stored: {self.stored} of {self.sent - self.deletions} kept messages (stored twice: "
+            f"{self.duplicated})",
+            f"edits: {self.edits_applied} of {self.edits} applied; deletions: {self.deletions_applied} of "
+            f"{self.deletions} forgotten",
             f"mentions: {self.mentions}",
             f"replies: {self.replies} + could not answer: {self.could_not} = {self.replies + self.could_not} "
             f"(unanswered: {self.unanswered})",
@@ -148,6 +159,9 @@ class _Conversation:
             guild.add_member(user)
         self.sent: list[str] = []
         self.mentions: list[int] = []
+        self.edited: set[str] = set()  # one message in 10 is edited a few messages later
+        self.deleted: set[str] = set()  # one in 25 is deleted
+        self._later: list[tuple[int, int, int, str]] = []  # (at message, channel, id, "edit" or "delete")
 
     async def talk(self, seconds: float) -> None:
         total, every = int(self.plan.rate * seconds), max(1, round(self.plan.rate * self.plan.mention_every))
@@ -157,13 +171,32 @@ class _Conversation:
             if delay > 0:
                 await asyncio.sleep(delay)
             mention = i % every == every // 2
+            channel = self.channels[i % len(self.channels)]
             message = await self.fake.send_message(
-                self.channels[i % len(self.channels)], self.users[i % len(self.users)],
+                channel, self.users[i % len(self.users)],
                 f"message {i}: about the party, part {i % 13}" + (" — what do you think?" if mention else ""),
                 mentions=[self.fake.bot_user] if mention else ())
             self.sent.append(str(message["id"]))
             if mention:
                 self.mentions.append(int(message["id"]))
+            elif i % 10 == 3:
+                self._later.append((i + 8, channel, int(message["id"]), "edit"))
+            elif i % 25 == 7:
+                self._later.append((i + 5, channel, int(message["id"]), "delete"))
+            await self._changes(i)
+        await self._changes(total + 100)
+
+    async def _changes(self, now: int) -> None:
+        """Edit and delete the messages whose turn it is."""
+        due = [change for change in self._later if change[0] <= now]
+        self._later = [change for change in self._later if change[0] > now]
+        for _, channel, message_id, what in due:
+            if what == "edit":
+                await self.fake.edit_message(channel, message_id, f"message {message_id} EDITED: no more party talk")
+                self.edited.add(str(message_id))
+            else:
+                await self.fake.delete_message(channel, message_id)
+                self.deleted.add(str(message_id))
 
     def answers(self) -> tuple[int, int, int]:
         """(answered, said it could not, neither) over the mentions."""
@@ -177,13 +210,18 @@ class _Conversation:
         return answered, could_not, len(self.mentions) - answered - could_not
 
 
-async def _stored(memory: MemoryStream, stream: str, sent: list[str]) -> tuple[int, int]:
-    """(messages stored, messages stored more than once) among those sent."""
+async def _stored(memory: MemoryStream, stream: str, talk: _Conversation, report: SoakReport) -> None:
+    """Messages stored (but the deleted ones), stored more than once, edits and deletions applied."""
     async with memory.store.conn.execute(  # type: ignore[attr-defined]  (the soak's store is SQLite)
-            "SELECT message_id, COUNT(*) FROM memories WHERE stream = ? AND kind = 'observation' "
+            "SELECT message_id, COUNT(*), MAX(text) FROM memories WHERE stream = ? AND kind = 'observation' "
             "AND message_id IS NOT NULL GROUP BY message_id", (stream,)) as cursor:
-        counts = Counter({row[0]: int(row[1]) for row in await cursor.fetchall()})
-    return sum(1 for m in sent if counts[m]), sum(1 for m in sent if counts[m] > 1)
+        rows = {row[0]: (int(row[1]), str(row[2])) for row in await cursor.fetchall()}
+    counts = Counter({m: n for m, (n, _) in rows.items()})
+    kept = [m for m in talk.sent if m not in talk.deleted]
+    report.stored, report.duplicated = sum(1 for m in kept if counts[m]), sum(1 for m in kept if counts[m] > 1)
+    report.edits, report.deletions = len(talk.edited), len(talk.deleted)
+    report.edits_applied = sum(1 for m in talk.edited if m in rows and "EDITED" in rows[m][1])
+    report.deletions_applied = sum(1 for m in talk.deleted if not counts[m])
 
 
 async def _pending(memory: MemoryStream) -> int:
@@ -244,7 +282,7 @@ async def run_soak(plan: Plan, directory: Path | None = None) -> SoakReport:
             report.recovery_seconds = await _recover(bot, memory, clock, plan.recovery_timeout)
             report.pending_after = await _pending(memory)
             report.sent, report.mentions = len(talk.sent), len(talk.mentions)
-            report.stored, report.duplicated = await _stored(memory, f"guild:{talk.guild}", talk.sent)
+            await _stored(memory, f"guild:{talk.guild}", talk, report)
             report.replies, report.could_not, report.unanswered = talk.answers()
             report.model_calls = len(server.requests)
         finally:
@@ -271,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     report = asyncio.run(run_soak(Plan(ns.minutes, ns.fault_rate, ns.rate, ns.mention_every, ns.seed)))
     print("\n".join(report.lines()))
     failed = report.failures()
-    print("OK: every message stored once, every mention answered or told, nothing pending" if not failed
+    print("OK: every message stored once (edits applied, deletions forgotten), every mention answered or told, "
+          "nothing pending" if not failed
           else "FAILED: " + "; ".join(failed))
     return 0 if not failed else 1
 
