@@ -14,6 +14,7 @@ from bot.changes import Changes, Edit
 from memstream import MemoryStream, Observation, PersonaConfig, Source, StreamConfig
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
 from tests.bot.conftest import World, until
+from tests.memstream.helpers import OtherProcess
 
 STREAM = "guild:1"
 
@@ -145,3 +146,27 @@ async def _true(value: bool) -> bool:
 
 async def _none(awaitable: object) -> bool:
     return await awaitable is None  # type: ignore[misc]
+
+
+async def test_an_edit_made_while_its_message_is_being_stored_follows_it(world: World) -> None:
+    """The message's batch is in the store's hands (here waiting on another process's write lock) when the edit
+    comes: the edit finds no memory yet, so it waits for the batch and is applied after it, never lost."""
+    cog = world.bot.get_cog("ObserveCog")
+    assert cog is not None
+    other = await asyncio.to_thread(OtherProcess, Path(world.memory.store.path), write=True)  # type: ignore[attr-defined]
+    try:
+        said = await world.fake.send_message(world.general, world.klaus, "my code is ZQX-4411")
+        key = str(said["id"])
+        await until(lambda: _true(key in cog.in_store), "the batch being stored")  # type: ignore[attr-defined]
+        await world.fake.edit_message(world.general, int(key), "my code is (removed)")
+        await until(lambda: _true(key in cog.raced), "the edit held for its batch")  # type: ignore[attr-defined]
+    finally:
+        await asyncio.to_thread(other.release)
+    memory_id = await world.stored(world.town, said)
+
+    async def edited() -> bool:
+        return "removed" in (await world.memory.get(memory_id)).text
+
+    await until(edited, "the edit")
+    assert "ZQX" not in " ".join(m.text for m in await world.memory.store.recent(world.stream(world.town), 10,
+                                                                                  include_pending=True))
