@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import sys
 import time
@@ -16,6 +17,7 @@ import psycopg
 import pytest
 
 from memstream.exits import EXIT_FAILED
+from memstream.store import Store
 from tests import postgres
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.memstream.cli.test_cli import _answer
@@ -116,3 +118,18 @@ async def test_commands_against_a_stopped_server_are_one_prompt_line(
         assert proc.returncode == EXIT_FAILED, argv
         assert time.monotonic() - started < PROMPT_SECONDS, argv
         assert len(lines) == 1 and "cannot reach the database server" in lines[0], (argv, lines)
+
+
+async def test_the_warnings_psycopg_logs_while_giving_up_a_lost_connection_are_debug(
+        postgres_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """What psycopg and its pool say as they give up a connection the server dropped (a failed reconnection, a
+    discarded connection, an error ignored in a rollback or a broken pipeline) would be lines around the one
+    StoreError; they are DEBUG. psycopg's other warnings are kept."""
+    caplog.set_level(logging.INFO)
+    async with await Store.open(postgres_url):
+        logging.getLogger("psycopg.pool").warning("error connecting in 'pool-1': connection is bad")
+        logging.getLogger("psycopg").warning("error ignored terminating %r: %s", "<AsyncPipeline [BAD]>", "lost")
+        logging.getLogger("psycopg.transaction").warning("error ignored in rollback of %s: %s", "<T>", "lost")
+        logging.getLogger("psycopg").warning("something else")
+    assert [(r.name, r.getMessage()) for r in caplog.records if r.levelno >= logging.INFO] == [
+        ("psycopg", "something else")]

@@ -113,27 +113,33 @@ async def _probe(pool: AsyncConnectionPool[Conn]) -> None:
     await conn.close()
 
 
-class _PoolWarningsAsDebug(logging.Filter):
-    """The pool's warnings while the server is down (a failed reconnection every few seconds, each connection it
-    discards) are not the user's business: the task that needed the database fails with one StoreError saying
-    why. They stay visible at DEBUG."""
+class _CleanupWarningsAsDebug(logging.Filter):
+    """While the server is down, psycopg's pool warns of each failed reconnection (every few seconds) and each
+    connection it discards, and psycopg of each error it ignored while giving up a broken connection (a rollback, a
+    pipeline): none is the user's business, as the task that needed the database fails with one StoreError saying
+    why. They are logged at DEBUG. Of psycopg's own warnings only those "error ignored ..." are."""
+
+    def __init__(self, prefix: str = "") -> None:
+        super().__init__()
+        self.prefix = prefix
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno == logging.WARNING:
+        if record.levelno == logging.WARNING and str(record.msg).startswith(self.prefix):
             record.levelno, record.levelname = logging.DEBUG, "DEBUG"
             return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
         return True
 
 
-def _quiet_pool_warnings() -> None:
-    logger = logging.getLogger("psycopg.pool")
-    if not any(isinstance(f, _PoolWarningsAsDebug) for f in logger.filters):
-        logger.addFilter(_PoolWarningsAsDebug())
+def _quiet_cleanup_warnings() -> None:
+    for name, prefix in (("psycopg.pool", ""), ("psycopg", "error ignored"), ("psycopg.transaction", "error ignored")):
+        logger = logging.getLogger(name)  # a logger's filters see its own records only, not its children's
+        if not any(isinstance(f, _CleanupWarningsAsDebug) for f in logger.filters):
+            logger.addFilter(_CleanupWarningsAsDebug(prefix))
 
 
 async def make_pool(url: str, *, size: int = POOL_SIZE) -> AsyncConnectionPool[Conn]:
     """An open pool of autocommit connections with pgvector's adapter registered (the schema must exist)."""
-    _quiet_pool_warnings()
+    _quiet_cleanup_warnings()
     pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
         checked(url), min_size=1, max_size=size, open=False, configure=_configure, timeout=BUSY_WAIT_SECONDS,
         kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_SECONDS})
