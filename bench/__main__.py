@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_info
 
-from bench import cost, ingest, opening, peers, reflection, reply, retrieval
+from bench import cost, ingest, opening, peers, reflection, reply, retrieval, soak
 from bench.data import store_file
 from bench.report import plot, table
 
@@ -23,11 +23,13 @@ ROOT = Path(__file__).resolve().parent
 FULL = {"retrieval": [(10_000, 384, 41, 5, 3), (100_000, 384, 21, 3, 0), (1_000_000, 384, 9, 2, 0),
                       (100_000, 1536, 15, 3, 1)],
         "opening": (1_000_000, 384), "ingest": [(2000, None), (2000, 8), (2000, 32)], "reply": (100_000, 60),
-        "reflection": (60, 60), "cost": (1000, 50), "peers": [(100_000, 384, 15), (1_000_000, 384, 10)]}
+        "reflection": (60, 60), "cost": (1000, 50), "peers": [(100_000, 384, 15), (1_000_000, 384, 10)],
+        "soak": 10.0}
 QUICK = {"retrieval": [(10_000, 384, 15, 2, 1), (100_000, 384, 9, 2, 0)],
          "opening": (100_000, 384), "ingest": [(500, None)], "reply": (100_000, 20), "reflection": (20, 30),
-         "cost": (1000, 50), "peers": [(10_000, 384, 10), (100_000, 384, 10)]}
-CASES = ("retrieval", "opening", "ingest", "reply", "reflection", "cost", "peers")
+         "cost": (1000, 50), "peers": [(10_000, 384, 10), (100_000, 384, 10)], "soak": 0.5}
+CASES = ("retrieval", "opening", "ingest", "reply", "reflection", "cost", "peers")  # the default run
+ASKED_ONLY = ("soak",)  # run when named (--cases soak): 10 minutes, or 30 s with --quick
 
 
 def machine() -> dict[str, Any]:
@@ -42,13 +44,17 @@ def machine() -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions (about a minute)")
-    parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated subset of {', '.join(CASES)}")
+    parser.add_argument("--cases", default=",".join(CASES),
+                        help=f"comma-separated subset of {', '.join(CASES + ASKED_ONLY)} (default: all but soak)")
+    parser.add_argument("--soak-minutes", type=float, default=None,
+                        help="how long the soak's faults last (default 10, or 0.5 with --quick)")
     parser.add_argument("--out", type=Path, default=ROOT / "results")
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
     cases = set(args.cases.split(","))
-    if not cases <= set(CASES):
-        parser.error(f"--cases: no case {', '.join(sorted(cases - set(CASES)))} (cases: {', '.join(CASES)})")
+    if not cases <= set(CASES + ASKED_ONLY):
+        parser.error(f"--cases: no case {', '.join(sorted(cases - set(CASES + ASKED_ONLY)))} "
+                     f"(cases: {', '.join(CASES + ASKED_ONLY)})")
     results: dict[str, Any] = {"machine": machine(), "quick": args.quick, "started": time.time()}
     previous = args.out / "latest.json"
     if cases != set(CASES) and previous.exists():
@@ -86,6 +92,13 @@ def main() -> None:
         for n, dim, reps in plan["peers"]:
             results["peers"].append(peers.run_case(n, dim, reps))
             print(f"peers {n}x{dim} done", flush=True)
+    failed: list[str] = []
+    if "soak" in cases:
+        report = asyncio.run(soak.run_soak(soak.Plan(minutes=args.soak_minutes or plan["soak"])))
+        print("\n".join(report.lines()), flush=True)
+        failed = report.failures()
+        results["soak"] = {**{k: v for k, v in vars(report).items() if k != "plan"}, "plan": vars(report.plan),
+                           "failures": failed}
     results["machine"]["load_average_end"] = os.getloadavg()
     results["seconds"] = time.time() - results["started"]
     args.out.mkdir(parents=True, exist_ok=True)
@@ -98,6 +111,8 @@ def main() -> None:
             docs.mkdir(exist_ok=True)
             shutil.copy(image, docs / "bench.png")
     print(f"\nwritten: {args.out / 'latest.json'} ({results['seconds']:.0f} s)")
+    if failed:
+        raise SystemExit("soak FAILED: " + "; ".join(failed))
 
 
 if __name__ == "__main__":

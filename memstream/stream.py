@@ -13,7 +13,7 @@ from memstream.agent import Agent
 from memstream.calibration import rater_check
 from memstream.clock import Clock, SystemClock, to_timestamp
 from memstream.config import BudgetConfig, PersonaConfig, StreamConfig
-from memstream.errors import BudgetSpent, ProviderError
+from memstream.errors import BudgetSpent, ConfigError, ProviderError
 from memstream.index.profiles import uses_grounding, uses_lexical
 from memstream.index.retriever import Retriever, RetrieverLike
 from memstream.index.vector_index import VectorIndex
@@ -39,6 +39,7 @@ from memstream.records import (
 from memstream.reflect import Reflection, Reflector
 from memstream.replying import Reply, ReplyDraft
 from memstream.store import NewTrace, Store
+from memstream.text import check_text
 
 __all__ = ["DEFAULT_STREAM", "MemoryStream", "Observation", "Reply", "ReplyDraft"]
 
@@ -408,7 +409,9 @@ class MemoryStream:
         memory its new text, pending again (out of retrieval until embedded), so the edit is never lost; the
         old text is then scrubbed from the files, and the new one embedded now if the models answer, else by
         the retries of pending memories (`complete_pending`). The memory as it is afterwards (pending if
-        the models failed), None if no memory was made from the message."""
+        the models failed), None if no memory was made from the message. Text that cannot be stored (empty, or
+        not valid text) is ConfigError, before anything is written."""
+        _check_edit(text)
         async with self.store.transaction():
             memory_id = await self.store.find_message(stream, message_id)
             keep = [] if memory_id is None else [memory_id]
@@ -450,3 +453,13 @@ class MemoryStream:
         (memstream.calibration); None when the alarm is off (`rater_alarm_window = 0`)."""
         window = self.config.rater_alarm_window
         return rater_check(await self.store.recent_ratings(stream, window), window) if window else None
+
+
+def _check_edit(text: str) -> None:
+    """An edited message's text, refused as an observation's would be (ConfigError): never stored, never retried."""
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError("an edited message needs some text: it is empty or only white space (delete it instead)")
+    try:
+        check_text(text, "edited text")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc

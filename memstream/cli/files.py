@@ -19,7 +19,7 @@ from memstream.cli.options import Parents, importance, positive, stream_key, use
 from memstream.cli.output import emit, progress
 from memstream.config import PersonaConfig, is_database_url, load_persona
 from memstream.data.history import read_history
-from memstream.errors import ConfigError, MemstreamError, ProviderError
+from memstream.errors import ConfigError, MemstreamError, ProviderError, StoreError
 from memstream.exits import EXIT_PENDING, Interrupted
 from memstream.records import Observation
 from memstream.render import compact_ranges
@@ -41,6 +41,7 @@ class _Imported:
     ready: int = 0
     already: int = 0
     read: int = 0  # lines of the file handled (stored, or already there)
+    stored: int = 0  # lines in the database (committed), whether ready yet or not
     waiting: list[int] = field(default_factory=list)
 
 
@@ -61,6 +62,8 @@ async def cmd_import(memory: MemoryStream, args: argparse.Namespace) -> int:
             progress(done.read, len(lines), CHUNK)
     except asyncio.CancelledError:  # Ctrl-C: what is stored stays; say so, and what is left
         raise Interrupted(await _interrupted_line(memory, done, len(lines))) from None
+    except StoreError as exc:  # the database went away (or refused a write): what is kept, what is not
+        raise StoreError(f"{exc}; {_stopped_line(done, len(lines))}") from exc
     if done.waiting:  # lines another import stored and is still completing, or whose model calls failed: try once more
         await memory.complete(sorted(set(done.waiting)))
         now = await memory.store.get_many(sorted(set(done.waiting)))
@@ -75,7 +78,10 @@ async def _import_chunk(memory: MemoryStream, part: Sequence[Observation], done:
     """Store a chunk of observations (a message already imported is not stored again), then reflect if asked."""
     known = await memory.store.find_messages([(o.stream, o.source.message_id) for o in part if o.source.message_id])
     done.already += sum(1 for o in part if o.source.message_id and (o.stream, o.source.message_id) in known)
-    memories = await memory.observe_many(part)
+    stored = await memory.observe_many(part, defer=True)  # committed: kept whatever happens next
+    done.stored += len(part)
+    await memory.complete([m.id for m in stored if m.status == "pending"])
+    memories = list((await memory.store.get_many([m.id for m in stored])).values())
     done.ready += sum(1 for m in memories if m.status == "ready")
     done.waiting += [m.id for m in memories if m.status == "pending"]
     if reflect:
@@ -94,6 +100,13 @@ async def _interrupted_line(memory: MemoryStream, done: _Imported, count: int) -
                                        if left else "; nothing is pending")
     return (f"{done.read} of {count} line(s) imported ({done.ready} ready){pending}: the same import run again "
             "skips what is stored and completes what is pending")
+
+
+def _stopped_line(done: _Imported, count: int) -> str:
+    """What an import the database stopped leaves: what is kept (ready or pending), what was not stored."""
+    return (f"the import stopped: {done.stored} of {count} line(s) are stored (those not yet rated and embedded "
+            f"are pending), {count - done.stored} were not stored; run the same import again once the database is "
+            "back: it skips what is stored and completes what is pending")
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ async def cmd_reembed(memory: MemoryStream, args: argparse.Namespace) -> int:
     total, done, dimensions = sum(left.values()), 0, None
     for stream in chosen:
         while batch := await memory.store.reembed_todo(stream, model, args.batch):
-            vectors = await memory.models.embed([text for _, text in batch], stream=stream)
+            vectors = await memory.models.embed([text for _, text in batch], stream=stream, any_size=True)
             dimensions = int(vectors.shape[1])
             await memory.store.reembed(stream, model, [(memory_id, vectors[i]) for i, (memory_id, _) in
                                                        enumerate(batch)])
@@ -46,8 +46,8 @@ async def cmd_reembed(memory: MemoryStream, args: argparse.Namespace) -> int:
     waiting = [stream for stream in known if await memory.store.reembed_left(stream, model)]
     if not waiting:
         if dimensions is None and total == 0 and await memory.store.get_meta("embedding_model") != model:
-            dimensions = int((await memory.models.embed(["dimensions"], stream=chosen[0] if chosen else "default"))
-                             .shape[1])
+            dimensions = int((await memory.models.embed(["dimensions"], stream=chosen[0] if chosen else "default",
+                                                        any_size=True)).shape[1])
         await memory.store.finish_reembed(model, dimensions)
     lines = [f"re-embedded {done} memories of {len(chosen)} stream(s) with {model}"]
     lines.append(f"{model} is recorded as the store's embedding model" if not waiting else

@@ -48,6 +48,7 @@ class Models:
         self._in_flight: dict[str, int] = {}  # calls made and not yet counted, by role (the budget counts them)
         self._writing: dict[int, list[UsageRow]] = {}  # counts being written (usage_to_write), counted too
         self._admitting = asyncio.Lock()  # a budget's check and the call's place in flight: one step
+        self._dimensions: int | None = None  # the store's embedding size, once it has one
 
     async def complete(self, role: str, prompt: str, *, stream: str) -> str:
         """Ask the model of `role`; ProviderError on failure (counted), BudgetSpent (no call) when the role's
@@ -189,21 +190,36 @@ class Models:
         with self.usage_to_write() as rows:
             await self.store.record_usage_many(rows)
 
-    async def embed(self, texts: Sequence[str], *, stream: str) -> npt.NDArray[np.float32]:
+    async def embed(self, texts: Sequence[str], *, stream: str, any_size: bool = False) -> npt.NDArray[np.float32]:
         """Unit-length embeddings for `texts`, in one call to the embedder (BudgetSpent, no call, when the
-        embedding budget is spent)."""
+        embedding budget is spent). A model server's vectors are untrusted input: the wrong count or shape, NaN,
+        or a size other than the store's (unless `any_size`: a re-embedding into another model) is
+        EmbeddingError, a failed call, never written."""
         async with self._call("embedding"):
             try:
                 vectors = await self.embedder.embed_batch(list(texts))
+                matrix = np.asarray(vectors, dtype=np.float32)
+                if matrix.ndim != 2 or matrix.shape[0] != len(texts) or matrix.shape[1] == 0:
+                    raise EmbeddingError(f"the embedder returned shape {matrix.shape} for {len(texts)} texts")
+                if not np.isfinite(matrix).all():
+                    raise EmbeddingError("the embedder returned NaN or infinite values")
+                if not any_size:
+                    await self._sized(matrix)
             except ProviderError:
                 await self._count(stream, "embedding", failures=1)
                 raise
             tokens = self.embedder.take_tokens() if isinstance(self.embedder, TokenMeter) else 0
             retries = self.embedder.take_retries() if isinstance(self.embedder, RetryMeter) else 0
             await self._count(stream, "embedding", prompt_tokens=tokens, retries=retries)
-        matrix = np.asarray(vectors, dtype=np.float32)
-        if matrix.ndim != 2 or matrix.shape[0] != len(texts) or matrix.shape[1] == 0:
-            raise EmbeddingError(f"the embedder returned shape {matrix.shape} for {len(texts)} texts")
-        if not np.isfinite(matrix).all():
-            raise EmbeddingError("the embedder returned NaN or infinite values")
         return normalize_rows(matrix)
+
+    async def _sized(self, matrix: npt.NDArray[np.float32]) -> None:
+        """EmbeddingError unless the vectors have the store's size (any size while the store has none yet)."""
+        if self._dimensions is None:
+            known = await self.store.get_meta("embedding_dimensions")
+            if known is None:
+                return
+            self._dimensions = int(known)  # a store's size changes only by a re-embedding, in its own process
+        if matrix.shape[1] != self._dimensions:
+            raise EmbeddingError(f"the embedding model answered with vectors of {matrix.shape[1]} dimensions, the "
+                                 f"store's have {self._dimensions}; the answer is not used")

@@ -99,3 +99,22 @@ async def test_deleting_a_message_deletes_the_replies_that_quoted_it(world: Worl
     result = await world.memory.reflect(stream)
     assert result is None or all("ultraviolet" not in i.text for i in result.insights)
     assert await world.memory.explain_reply(message_id=str(reply.id)) is None
+
+
+async def test_a_mention_the_store_cannot_answer_now_is_told_so(world: World) -> None:
+    """Every mention is answered or told the persona could not: a full disk too, not only a model failure."""
+    await world.say(world.town, world.general, world.klaus, "the party is on Friday")
+    await world.drained()
+    conn = world.memory.store.conn  # type: ignore[attr-defined]
+    async with conn.execute("PRAGMA page_count") as cursor:
+        pages = (await cursor.fetchone())[0]
+    world.models.reply = "Friday! " + "and so much more to say " * 300  # its memory needs new pages: refused
+    async with conn.execute(f"PRAGMA max_page_count={pages}"):
+        pass
+    try:
+        await world.fake.send_message(world.general, world.maria, "when is the party?", mentions=[world.fake.bot_user])
+        told = await world.fake.wait_for_sent(lambda m: m.channel_id == world.general)
+    finally:
+        async with conn.execute("PRAGMA max_page_count=1073741823"):
+            pass
+    assert told.content.startswith("Sorry, I couldn't answer that just now")

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import random
 import re
 import struct
 import time
@@ -20,11 +21,18 @@ from aiohttp import web
 
 from memstream.testing import hash_embedding
 
-__all__ = ["FAULT_KINDS", "STREAM_MODES", "ChatRequest", "FakeOpenAIServer", "RecordedRequest", "pieces"]
+__all__ = ["FAULT_KINDS", "RANDOM_FAULTS", "STREAM_MODES", "ChatRequest", "FakeOpenAIServer", "RecordedRequest",
+           "pieces"]
 
 CHAT_PATH = "/v1/chat/completions"
 EMBEDDINGS_PATH = "/v1/embeddings"
-FAULT_KINDS = frozenset({"400", "500", "429", "401", "timeout", "malformed", "empty_choices", "disconnect"})
+FAULT_KINDS = frozenset({"400", "500", "429", "401", "timeout", "malformed", "empty_choices", "disconnect",
+                         "absurd_usage", "wrong_dim"})
+# What `fail_at_random` draws from: errors, garbage and lies (usage counts of 2**64-1, vectors of the wrong size;
+# a chat reply has no vectors: it gets garbage instead).
+RANDOM_FAULTS = ("500", "429", "malformed", "absurd_usage", "wrong_dim")
+ABSURD = 2**64 - 1
+_LIE = web.RequestKey("lie", str)  # the lie a request is answered with (absurd_usage, wrong_dim)
 _PATH_ALIASES = {"chat": CHAT_PATH, "embeddings": EMBEDDINGS_PATH}
 # What a request with `"stream": true` gets: Server-Sent Events as OpenAI sends them ("sse"), one whole
 # completion as if it had not asked ("whole", a server that ignores the field), or HTTP 400 ("refuse").
@@ -123,6 +131,9 @@ class FakeOpenAIServer:
         self._script: deque[str] = deque()
         self._responder: ChatResponder | None = None
         self._faults: list[tuple[str, str | None]] = []
+        self.fault_rate = 0.0
+        self._random = random.Random(0)
+        self.random_faults: dict[str, int] = {}  # kind -> how many were drawn
         self._runner: web.AppRunner | None = None
         self._port: int | None = None
         self._closing = asyncio.Event()
@@ -188,6 +199,13 @@ class FakeOpenAIServer:
         target = None if path is None else _normalize_path(path)
         self._faults.extend([(kind, target)] * times)
 
+    def fail_at_random(self, rate: float, *, seed: int = 0) -> None:
+        """Answer each chat/embedding request with a fault drawn from RANDOM_FAULTS with probability `rate`
+        (seeded: the same seed draws the same faults for the same sequence of requests); 0 stops it."""
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"a fault rate is between 0 and 1, got {rate!r}")
+        self.fault_rate, self._random = rate, random.Random(seed)
+
     def reset(self) -> None:
         """Clear recorded requests, queued replies, pending faults and the responder."""
         self.requests.clear()
@@ -234,10 +252,22 @@ class FakeOpenAIServer:
                 return body, self._auth_error()
         if not isinstance(body, dict):
             return body, _bad_request("request body must be a JSON object")
-        kind = self._take_fault(request.path)
+        kind = self._take_fault(request.path) or self._draw_fault(request.path)
         if kind is None:
             return body, None
+        if kind == "wrong_dim" and request.path != EMBEDDINGS_PATH:
+            kind = "malformed"
+        if kind in ("absurd_usage", "wrong_dim"):  # answered, with a lie in it
+            request[_LIE] = kind
+            return body, None
         return body, await self._fault(kind, request, str(body.get("model", "")))
+
+    def _draw_fault(self, path: str) -> str | None:
+        if not self.fault_rate or self._random.random() >= self.fault_rate:
+            return None
+        kind = self._random.choice(RANDOM_FAULTS)
+        self.random_faults[kind] = self.random_faults.get(kind, 0) + 1
+        return kind
 
     @staticmethod
     def _auth_error() -> web.Response:
@@ -317,6 +347,8 @@ class FakeOpenAIServer:
             return await self._stream(request, req, text, _tokens(prompt))
         completion = self._completion(req.model, text, _tokens(prompt))
         completion["usage"].update(self.usage)
+        if request.get(_LIE) == "absurd_usage":
+            completion["usage"].update(prompt_tokens=ABSURD, completion_tokens=ABSURD, total_tokens=ABSURD)
         return web.json_response(completion)
 
     async def _stream(self, request: web.Request, req: ChatRequest, text: str,
@@ -360,6 +392,8 @@ class FakeOpenAIServer:
         if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
             return _bad_request("'input' must be a string or a non-empty list of strings (no token arrays)")
         dim = int(body.get("dimensions") or self.embed_dim)
+        if request.get(_LIE) == "wrong_dim":
+            dim = dim + 1 + self._random.randrange(7)
         fmt = body.get("encoding_format", "float")
         if fmt not in ("float", "base64"):
             return _bad_request(f"unsupported encoding_format {fmt!r}")
@@ -371,6 +405,8 @@ class FakeOpenAIServer:
             data.append({"object": "embedding", "index": i, "embedding": encoded})
         tokens = sum(_tokens(t) for t in texts)
         usage = {"prompt_tokens": tokens, "total_tokens": tokens, **self.usage}
+        if request.get(_LIE) == "absurd_usage":
+            usage.update(prompt_tokens=ABSURD, total_tokens=ABSURD)
         return web.json_response(
             {"object": "list", "data": data, "model": body.get("model", ""), "usage": usage}
         )

@@ -366,6 +366,50 @@ async def test_fault_path_forms(server: FakeOpenAIServer, client: Client) -> Non
     assert await chat(client) == "OK"
 
 
+async def test_lies_absurd_usage_and_wrong_sized_vectors(server: FakeOpenAIServer, client: Client) -> None:
+    server.fail_next("absurd_usage", times=2)
+    completion = await client.chat.completions.create(model="gpt-test", messages=USER)
+    assert completion.choices[0].message.content == "OK"
+    assert completion.usage is not None and completion.usage.prompt_tokens == 2**64 - 1
+    response = await client.embeddings.create(model="e", input="x", encoding_format="float")
+    assert response.usage.prompt_tokens == 2**64 - 1 and len(response.data[0].embedding) == 64
+    server.fail_next("wrong_dim", times=2)
+    response = await client.embeddings.create(model="e", input=["x", "y"], encoding_format="float")
+    assert {len(d.embedding) for d in response.data} - {64}
+    with pytest.raises(json.JSONDecodeError):  # a chat reply has no vectors: garbage instead
+        await chat(client)
+
+
+async def test_random_faults_at_a_seeded_rate_cover_the_five_kinds(server: FakeOpenAIServer, make_client: MakeClient,
+                                                                   ) -> None:
+    client = make_client()
+
+    async def outcomes(seed: int, rate: float = 0.2) -> list[str]:
+        server.fail_at_random(rate, seed=seed)
+        seen = []
+        for _ in range(200):
+            try:
+                response = await client.embeddings.create(model="e", input="x", encoding_format="float")
+            except openai.APIStatusError as exc:
+                seen.append(str(exc.status_code))
+                continue
+            except json.JSONDecodeError:
+                seen.append("garbage")
+                continue
+            usage, dim = response.usage.prompt_tokens, len(response.data[0].embedding)
+            seen.append("usage" if usage > 10**6 else "dim" if dim != 64 else "ok")
+        return seen
+
+    first = await outcomes(7)
+    assert await outcomes(7) == first  # seeded
+    faults = [o for o in first if o != "ok"]
+    assert 20 <= len(faults) <= 60  # about 20% of 200
+    assert set(faults) == {"500", "429", "garbage", "usage", "dim"}
+    assert await outcomes(7, 0.0) == ["ok"] * 200
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        server.fail_at_random(1.5)
+
+
 def test_unknown_fault_kind() -> None:
     with pytest.raises(ValueError, match="unknown fault"):
         FakeOpenAIServer().fail_next("418")

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memstream import MemoryStream, ModelConfig, Observation, PersonaConfig, Source, StreamConfig
+from memstream import ConfigError, MemoryStream, ModelConfig, Observation, PersonaConfig, Source, StreamConfig
 from memstream.store import NewMemory, Store, retry_delay
 from memstream.testing import FakeClock
 from tests.fakes.openai_server import ChatRequest, FakeOpenAIServer
@@ -82,6 +82,17 @@ async def test_an_edit_with_the_models_up_is_ready_at_once(memory: MemoryStream,
     if isinstance(database, Path):
         assert leftovers(database, PHONE) == []
     assert await memory.edit_message(STREAM, "m9", "never stored") is None
+
+
+@pytest.mark.parametrize("text", ["Klaus: bad \ud800 text", "", "  \n "], ids=["surrogate", "empty", "blank"])
+async def test_an_edit_whose_text_cannot_be_stored_is_refused_before_anything_is_written(
+        memory: MemoryStream, text: str) -> None:
+    """A refusal for good (ConfigError, which callers do not retry), not a foreign error from the database."""
+    [stored] = await memory.observe_many([Observation("Klaus: the party", STREAM, source=Source(message_id="m1"))])
+    with pytest.raises(ConfigError):
+        await memory.edit_message(STREAM, "m1", text)
+    after = await memory.get(stored.id)
+    assert (after.text, after.status) == ("Klaus: the party", "ready")
 
 
 async def test_a_completion_of_the_text_before_an_edit_leaves_the_memory_pending(store: Store) -> None:

@@ -10,7 +10,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memstream import MemoryNotFound, MemoryStream, ModelConfig, Observation, PersonaConfig, Source, StreamConfig
+from memstream import (
+    EmbeddingError,
+    MemoryNotFound,
+    MemoryStream,
+    ModelConfig,
+    Observation,
+    PersonaConfig,
+    Source,
+    StreamConfig,
+)
 from memstream.clock import to_timestamp
 from memstream.models.llm import CALL_COUNT_MAX
 from memstream.store import Store
@@ -96,3 +105,26 @@ async def test_a_clock_set_back_never_puts_a_last_access_before_its_memory_was_m
     mine, theirs = np.argsort(live.ids), np.argsort(arrays.ids)
     assert live.last_accessed[mine].tolist() == arrays.last_accessed[theirs].tolist()
     assert live.last_accessed.tolist() == [to_timestamp(datetime(2024, 6, 1))] * 3
+
+
+async def test_vectors_of_the_wrong_size_are_a_failed_model_call_never_a_store_error(
+        database: Path | str, openai_server: FakeOpenAIServer) -> None:
+    """A model server's vector sizes are untrusted too (issue 30's soak): the write path keeps the memory pending
+    (one attempt counted, retried with backoff), a query or a reflection fails as a model failure does (the bot
+    then says it could not answer), and nothing of the answer is written."""
+    persona = PersonaConfig(name="Isabella", summary="Runs Hobbs Cafe.", database=database,
+                            models=ModelConfig(base_url=openai_server.base_url, max_retries=0, timeout=2),
+                            memory=StreamConfig(reflection_threshold=10_000))
+    async with await MemoryStream.open(persona, clock=FakeClock(), environ={}, auto_reflect=False) as memory:
+        await memory.observe_many(_notes(0, 3))  # the store's size is 64 from here on
+        openai_server.fail_next("wrong_dim", path="embeddings")
+        [kept] = await memory.observe_many(_notes(3, 1))
+        assert kept.status == "pending" and (await memory.store.pending_state(STREAM)).count == 1
+        assert memory.last_model_error is not None
+        assert "vectors of" in str(memory.last_model_error) and "the store's have 64" in str(memory.last_model_error)
+        openai_server.fail_next("wrong_dim", path="embeddings")
+        with pytest.raises(EmbeddingError, match="the store's have 64"):
+            await memory.retrieve("the party", stream=STREAM)
+        assert await memory.complete([kept.id]) == 1  # the server answers truly again
+        stats = await memory.stats(STREAM)
+        assert stats.usage["embedding"].failures == 2

@@ -24,7 +24,7 @@ from psycopg_pool import AsyncConnectionPool
 from memstream.errors import StoreError
 from memstream.store.events import Announcer, StoreEvent
 from memstream.store.policy import REEMBED_TARGET, ModelRecord, UsageDay, model_mismatch, reembed_under_way
-from memstream.store.postgres.connection import Conn, mapped_errors
+from memstream.store.postgres.connection import Conn, pooled
 from memstream.store.postgres.presence import Presence
 
 __all__ = ["Conn", "Core"]
@@ -75,9 +75,8 @@ class Core(Announcer, ModelRecord, UsageDay):
         if joined is not None:
             yield joined.conn
             return
-        with mapped_errors(self.path):
-            async with self.pool.connection() as conn:
-                yield conn
+        async with pooled(self.pool, self.path) as conn:
+            yield conn
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
@@ -86,15 +85,14 @@ class Core(Announcer, ModelRecord, UsageDay):
         if self._joined() is not None:
             yield
             return
-        with mapped_errors(self.path):
-            async with self.pool.connection() as conn:
-                state = _Transaction(self, conn, asyncio.current_task())
-                async with conn.transaction():
-                    token = _active.set(state)
-                    try:
-                        yield
-                    finally:
-                        _active.reset(token)
+        async with pooled(self.pool, self.path) as conn:
+            state = _Transaction(self, conn, asyncio.current_task())
+            async with conn.transaction():
+                token = _active.set(state)
+                try:
+                    yield
+                finally:
+                    _active.reset(token)
         self._committed(state.bumps)
         self._deliver(state.events)
 

@@ -13,7 +13,7 @@ import psycopg
 from memstream.errors import StoreError
 from memstream.store import _load
 from memstream.store.events import ChangedElsewhere
-from memstream.store.postgres.connection import mapped_errors
+from memstream.store.postgres.connection import mapped_errors, pooled
 from memstream.store.postgres.grouped import split
 from memstream.store.postgres.reader import plan, read_here, read_parts
 from memstream.store.postgres.rows import Rows
@@ -55,16 +55,15 @@ class Loading(Rows):
                     groups = await plan(joined.conn, stream)
                     parts = [await read_here(joined.conn, stream, groups, dim, texts=texts)] if groups else []
                 return part_arrays(parts, dim, texts=texts)
-            with mapped_errors(self.path):
-                async with self.pool.connection() as conn:
-                    await conn.set_autocommit(False)
-                    try:
-                        await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
-                        async with conn.transaction():
-                            return await self._load_snapshot(conn, stream, dim, texts)
-                    finally:
-                        await conn.set_isolation_level(None)
-                        await conn.set_autocommit(True)
+            async with pooled(self.pool, self.path) as conn:
+                await conn.set_autocommit(False)
+                try:
+                    await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
+                    async with conn.transaction():
+                        return await self._load_snapshot(conn, stream, dim, texts)
+                finally:
+                    await conn.set_isolation_level(None)
+                    await conn.set_autocommit(True)
         except _load.LoadError as exc:
             raise StoreError(f"{self.path}: cannot load stream {stream!r}: {exc}") from exc
 
