@@ -84,8 +84,10 @@ class VectorIndex:
     async def _load(self, stream: str) -> StreamVectors:
         generation = self._generation.get(stream, 0)
         try:
-            evidence = await self.store.evidence_links(stream) if self.grounding else None
             arrays = await self.store.load_stream(stream, texts=self.lexical)
+            # After the rows: every reflection they hold committed its evidence in its own transaction, so this
+            # later read has it (one saved in between is in both, or comes as an event, journaled below).
+            evidence = await self.store.evidence_links(stream) if self.grounding else None
             vectors = await asyncio.to_thread(StreamVectors, arrays, copy=False, screen_bytes=self.screen_bytes)
             pages.collapse_in_background(vectors)
             if self.lexical:
