@@ -72,7 +72,8 @@ class MemoryStream:
         self.clock: Clock = clock or SystemClock()
         self.tz = tz or ZoneInfo("UTC")
         self.models = Models(store, embedder, rater=rater, reflector=reflector, agent=agent)
-        self.index = VectorIndex(store, lexical=uses_lexical(self.config), screen_bytes=self.config.screen_mb << 20)
+        self.index = VectorIndex(store, lexical=uses_lexical(self.config), screen_bytes=self.config.screen_mb << 20,
+                                 language=self.config.stemmer)
         self.retriever = Retriever(store, self.index, self.models, self.config, self.clock)
         self.rater = Rater(self.models, agent_name=name, faults=store)
         self.ingest = Ingest(store, self.models, self.rater, self.config, self.clock)

@@ -6,6 +6,7 @@ from memstream.config.persona import (
     BASELINES,
     PERSONA_MAX_BYTES,
     PROFILE_NAMES,
+    STEMMER_LANGUAGES,
     DiscordConfig,
     ModelConfig,
     PersonaConfig,
@@ -14,6 +15,6 @@ from memstream.config.persona import (
     load_persona,
 )
 
-__all__ = ["BASELINES", "MASK", "PERSONA_MAX_BYTES", "PROFILE_NAMES", "DiscordConfig", "ModelConfig", "PersonaConfig",
-           "StreamConfig", "check_base_url", "is_database_url", "load_persona", "redact", "redact_text",
-           "show_database", "url_problem"]
+__all__ = ["BASELINES", "MASK", "PERSONA_MAX_BYTES", "PROFILE_NAMES", "STEMMER_LANGUAGES", "DiscordConfig",
+           "ModelConfig", "PersonaConfig", "StreamConfig", "check_base_url", "is_database_url", "load_persona",
+           "redact", "redact_text", "show_database", "url_problem"]

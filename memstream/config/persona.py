@@ -26,6 +26,7 @@ __all__ = [
     "BASELINES",
     "PERSONA_MAX_BYTES",
     "PROFILE_NAMES",
+    "STEMMER_LANGUAGES",
     "DiscordConfig",
     "ModelConfig",
     "PersonaConfig",
@@ -45,6 +46,12 @@ PROFILE_NAMES = ("spec", "hybrid")
 PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
     "hybrid": {"weight_recency": 0.05, "weight_importance": 0.2, "weight_relevance": 1.0},
 }
+# The Snowball stemmers of the keyword index (snowballstemmer 3's algorithms), and "none": whole words.
+STEMMER_LANGUAGES = ("arabic", "armenian", "basque", "catalan", "czech", "danish", "dutch", "dutch_porter",
+                     "english", "esperanto", "estonian", "finnish", "french", "german", "greek", "hindi", "hungarian",
+                     "indonesian", "irish", "italian", "lithuanian", "nepali", "norwegian", "persian", "polish",
+                     "porter", "portuguese", "romanian", "russian", "serbian", "sesotho", "spanish", "swedish", "tamil",
+                     "turkish", "yiddish", "none")
 # Not profiles a persona runs with: what `memstream eval` compares the profiles against (memstream.index.profiles).
 BASELINES: dict[str, dict[str, object]] = {
     "relevance": {"profile": "spec", "weight_recency": 0.0, "weight_importance": 0.0, "weight_relevance": 1.0},
@@ -70,6 +77,7 @@ class StreamConfig:
     profile: str = "spec"
     recency_from: str = "access"
     lexical_weight: float = 0.4  # `hybrid`: the share of relevance that comes from keywords (BM25)
+    stemmer: str = "english"  # `hybrid`: the keyword index's Snowball stemmer (STEMMER_LANGUAGES; "none": whole words)
     screen_mb: int = 256  # memory for a stream's int16 screen (screen.py): pass 1 reads half the bytes; 0: none
 
     @classmethod
@@ -87,6 +95,9 @@ class StreamConfig:
             raise ConfigError(f"recency_from must be one of access, created, both, got {self.recency_from!r}")
         if not _is_number(self.lexical_weight) or not 0 <= self.lexical_weight <= 1:
             raise ConfigError(f"lexical_weight must be a number from 0 to 1, got {self.lexical_weight!r}")
+        if self.stemmer not in STEMMER_LANGUAGES:
+            raise ConfigError(f"stemmer must be a Snowball language ({', '.join(STEMMER_LANGUAGES[:-1])}) or 'none', "
+                              f"got {self.stemmer!r}")
         for name in ("weight_recency", "weight_importance", "weight_relevance"):
             value = getattr(self, name)
             if not _is_number(value) or value < 0:

@@ -61,7 +61,7 @@ def rank_hybrid_reference(memories: Sequence[tuple[int, float, float, float, Seq
     rec = normalized([config.decay ** (max(now - m[1], 0.0) / 3600.0) for m in memories])
     imp = normalized([float(m[3]) for m in memories])
     cos = normalized([cosine(m[4], query) for m in memories])
-    lex = bm25_reference([m[5] for m in memories], query_text)
+    lex = bm25_reference([m[5] for m in memories], query_text, config.stemmer)
     top, share = max(lex), config.lexical_weight
     scored = []
     for i, m in enumerate(memories):

@@ -44,9 +44,11 @@ class VectorIndex:
     loaded matrix (each is idempotent), so none is lost to the race between the load's snapshot and the write.
     """
 
-    def __init__(self, store: Store, *, lexical: bool = False, screen_bytes: int = SCREEN_BYTES) -> None:
+    def __init__(self, store: Store, *, lexical: bool = False, screen_bytes: int = SCREEN_BYTES,
+                 language: str = "english") -> None:
         self.store = store
         self.lexical = lexical  # keep a lexical index of each stream beside its matrix
+        self.language = language  # its stemmer (lexical.py)
         self.screen_bytes = screen_bytes  # for each stream's screen (StreamVectors.screen)
         self._streams: dict[str, StreamVectors] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -84,7 +86,8 @@ class VectorIndex:
             vectors = await asyncio.to_thread(StreamVectors, arrays, copy=False, screen_bytes=self.screen_bytes)
             pages.collapse_in_background(vectors)
             if self.lexical:
-                await asyncio.to_thread(vectors.index_texts, arrays.ids.tolist(), arrays.texts or [])
+                await asyncio.to_thread(vectors.index_texts, arrays.ids.tolist(), arrays.texts or [],
+                                        self.language)
             for op in self._journals.get(stream, []):
                 op(vectors)
             if self._generation.get(stream, 0) == generation:

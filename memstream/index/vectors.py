@@ -178,10 +178,11 @@ class StreamVectors:
 
     # -- writing -----------------------------------------------------------------------------------
 
-    def index_texts(self, ids: Sequence[int], texts: Sequence[str]) -> None:
-        """Start the lexical index from the texts of every row's memory (given by id, in any order)."""
+    def index_texts(self, ids: Sequence[int], texts: Sequence[str], language: str = "english") -> None:
+        """Start the lexical index from the texts of every row's memory (given by id, in any order), its words
+        stemmed by `language`'s Snowball stemmer (lexical.py)."""
         by_id = dict(zip([int(i) for i in ids], texts, strict=True))
-        terms = StreamTerms()
+        terms = StreamTerms(language)
         for row, memory_id in enumerate(self.ids.tolist()):
             terms.add(row, [by_id.get(memory_id, "")])
         self.terms = terms

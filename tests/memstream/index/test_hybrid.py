@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memstream import MemoryStream, Observation, RoleModel, Source, Store, StreamConfig
+from memstream import ConfigError, MemoryStream, Observation, RoleModel, Source, Store, StreamConfig
 from memstream.clock import to_timestamp
 from memstream.index import _kernels as kernels
 from memstream.index.hybrid import rank_hybrid_reference
@@ -98,8 +98,20 @@ def test_a_term_in_half_the_stream_or_more_weighs_nothing_and_is_not_read() -> N
     index = StreamTerms()
     index.add(0, [f"Klaus said thing{i}" for i in range(10)] + ["Maria wrote"])
     assert not index.score("said", 11).any()
-    assert {"the", "and", "i"} <= STOP_WORDS and terms("The cafe AND the paintings, I said") == ["cafe", "painting",
+    assert {"the", "and", "i"} <= STOP_WORDS and terms("The cafe AND the paintings, I said") == ["cafe", "paint",
                                                                                                    "said"]
+
+
+def test_the_keyword_index_stems_with_snowball_in_the_persona_language() -> None:
+    assert len({*terms("studies studied studying"), *terms("study")}) == 1  # one term: Snowball's "studi"
+    assert terms("happily running") == ["happili", "run"]
+    index = StreamTerms()
+    index.add(0, ["Caroline studies art", "Melanie paints", "a third", "and a fourth"])
+    assert index.score("who studied?", 4).tolist()[0] > 0.0
+    assert terms("les chats mangeaient", "french") == ["le", "chat", "mang"]  # no stop words but English ones
+    assert terms("The studies", "none") == ["the", "studies"]  # whole words, no stop words either
+    with pytest.raises(ConfigError, match="stemmer must be a Snowball language"):
+        StreamConfig(stemmer="klingon")
 
 
 @settings(max_examples=200, deadline=None, derandomize=True, database=None)
