@@ -14,7 +14,7 @@ from memstream.agent import Agent
 from memstream.clock import Clock, SystemClock, to_timestamp
 from memstream.config import PersonaConfig, StreamConfig
 from memstream.errors import ProviderError
-from memstream.index.profiles import uses_lexical
+from memstream.index.profiles import uses_context, uses_lexical
 from memstream.index.retriever import Retriever, RetrieverLike
 from memstream.index.vector_index import VectorIndex
 from memstream.ingest import Ingest
@@ -73,7 +73,7 @@ class MemoryStream:
         self.tz = tz or ZoneInfo("UTC")
         self.models = Models(store, embedder, rater=rater, reflector=reflector, agent=agent)
         self.index = VectorIndex(store, lexical=uses_lexical(self.config), screen_bytes=self.config.screen_mb << 20,
-                                 language=self.config.stemmer)
+                                 language=self.config.stemmer, context=uses_context(self.config))
         self.retriever = Retriever(store, self.index, self.models, self.config, self.clock)
         self.rater = Rater(self.models, agent_name=name, faults=store)
         self.ingest = Ingest(store, self.models, self.rater, self.config, self.clock)

@@ -56,7 +56,7 @@ STEMMER_LANGUAGES = ("arabic", "armenian", "basque", "catalan", "czech", "danish
 BASELINES: dict[str, dict[str, object]] = {
     "relevance": {"profile": "spec", "weight_recency": 0.0, "weight_importance": 0.0, "weight_relevance": 1.0},
     "lexical": {"profile": "hybrid", "weight_recency": 0.0, "weight_importance": 0.0, "weight_relevance": 1.0,
-                "lexical_weight": 1.0},
+                "lexical_weight": 1.0, "neighbour_weight": 0.0, "name_weight": 0.0, "time_weight": 0.0},
 }
 
 
@@ -78,6 +78,13 @@ class StreamConfig:
     recency_from: str = "access"
     lexical_weight: float = 0.4  # `hybrid`: the share of relevance that comes from keywords (BM25)
     stemmer: str = "english"  # `hybrid`: the keyword index's Snowball stemmer (STEMMER_LANGUAGES; "none": whole words)
+    # `hybrid`, each 0 to switch it off (index/hybrid.py): a memory's relevance also counts the best relevance of its
+    # neighbours in its channel said within the gap, what a person the query names wrote, and for a "when" question
+    # the memories that hold a time.
+    neighbour_weight: float = 0.4
+    neighbour_gap_minutes: float = 60.0
+    name_weight: float = 0.2
+    time_weight: float = 0.2
     screen_mb: int = 256  # memory for a stream's int16 screen (screen.py): pass 1 reads half the bytes; 0: none
 
     @classmethod
@@ -98,7 +105,8 @@ class StreamConfig:
         if self.stemmer not in STEMMER_LANGUAGES:
             raise ConfigError(f"stemmer must be a Snowball language ({', '.join(STEMMER_LANGUAGES[:-1])}) or 'none', "
                               f"got {self.stemmer!r}")
-        for name in ("weight_recency", "weight_importance", "weight_relevance"):
+        for name in ("weight_recency", "weight_importance", "weight_relevance", "neighbour_weight",
+                     "neighbour_gap_minutes", "name_weight", "time_weight"):
             value = getattr(self, name)
             if not _is_number(value) or value < 0:
                 raise ConfigError(f"{name} must be a number >= 0, got {value!r}")

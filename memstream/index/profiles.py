@@ -28,10 +28,11 @@ import numpy.typing as npt
 from memstream.config import BASELINES, PROFILE_NAMES, StreamConfig
 from memstream.store.arrays import F64
 
-__all__ = ["BASELINES", "PROFILES", "configured", "min_max", "score_parts", "uses_lexical"]
+__all__ = ["BASELINES", "PROFILES", "configured", "min_max", "score_parts", "uses_context", "uses_lexical"]
 
 PROFILES = PROFILE_NAMES
-_SCORING = ("profile", "weight_recency", "weight_importance", "weight_relevance", "recency_from", "lexical_weight")
+_SCORING = ("profile", "weight_recency", "weight_importance", "weight_relevance", "recency_from", "lexical_weight",
+            "neighbour_weight", "neighbour_gap_minutes", "name_weight", "time_weight")
 
 
 def configured(config: StreamConfig, profile: str) -> StreamConfig:
@@ -48,6 +49,12 @@ def configured(config: StreamConfig, profile: str) -> StreamConfig:
 def uses_lexical(config: StreamConfig) -> bool:
     """Whether scoring needs the lexical index."""
     return config.profile == "hybrid" and config.lexical_weight > 0 and config.weight_relevance > 0
+
+
+def uses_context(config: StreamConfig) -> bool:
+    """Whether scoring needs each stream's context (context.py: authors, neighbours, time words)."""
+    return config.profile == "hybrid" and config.weight_relevance > 0 and (
+        config.neighbour_weight > 0 or config.name_weight > 0 or config.time_weight > 0)
 
 
 def min_max(values: F64) -> F64:

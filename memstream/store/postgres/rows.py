@@ -10,7 +10,7 @@ import numpy.typing as npt
 from psycopg.errors import DeadlockDetected
 
 from memstream.errors import MemoryNotFound, StoreError
-from memstream.records import Memory
+from memstream.records import Memory, Source
 from memstream.store.chunks import chunks
 from memstream.store.events import (
     MemoriesRemoved,
@@ -33,6 +33,7 @@ __all__ = ["CLAIM_SECONDS", "Rows"]
 # and lets it go: count_attempt).
 CLAIM_SECONDS = 300.0
 _DEADLOCK_TRIES = 5
+_SOURCES = "SELECT id, author, author_id, channel, channel_id, message_id FROM memories WHERE stream = "
 _ARRAY = 5000  # ids a query passes as one array parameter (no limit of bound parameters to keep under)
 _NOW = "extract(epoch FROM clock_timestamp())"
 _INSERT = ("INSERT INTO memories (stream, kind, text, created_at, last_accessed_at, importance, importance_source, "
@@ -375,6 +376,17 @@ class Rows(Counters):
         rows = await self._rows("SELECT id FROM memories WHERE stream = %s AND author_id = %s AND "
                                 "kind = 'observation' ORDER BY id", (stream, author_id))
         return [int(row[0]) for row in rows]
+
+    async def sources(self, stream: str, ids: Sequence[int] | None = None) -> dict[int, Source]:
+        """Where these memories of `stream` came from, by id; without `ids`, every ready memory's."""
+        if ids is None:
+            rows = await self._rows(f"{_SOURCES}%s AND status = 'ready'", (stream,))
+            return {int(row[0]): Source(*row[1:]) for row in rows}
+        found: dict[int, Source] = {}
+        for chunk in chunks((int(i) for i in ids), _ARRAY):
+            rows = await self._rows(f"{_SOURCES}%s AND id = ANY(%s)", (stream, chunk))
+            found.update((int(row[0]), Source(*row[1:])) for row in rows)
+        return found
 
     async def author_memories(self, author_id: str, *, stream: str | None = None) -> list[Memory]:
         """The observations made from one author's messages, oldest first: in one stream, or in every one."""
