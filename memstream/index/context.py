@@ -71,7 +71,9 @@ class StreamContext:
         codes = [self._codes[key] for key in sorted(keys) if key in self._codes]
         if not codes:
             return None
-        return np.flatnonzero(np.isin(self.author[:n], np.asarray(codes, np.int64))).astype(np.int64)
+        authors = self.author[:n]
+        chosen = authors == codes[0] if len(codes) == 1 else np.isin(authors, np.asarray(codes, np.int64))
+        return np.flatnonzero(chosen).astype(np.int64)
 
     # -- writing -----------------------------------------------------------------------------------
 

@@ -153,7 +153,8 @@ def rank_hybrid(vectors: StreamVectors, query: npt.NDArray[np.float32], text: st
             lex_scale = wl * share / lexical.top if lexical.top > 0.0 else 0.0
             added = None
             if lever is not None:  # a neighbour's rel0 is off by as much as a row's own
-                added = _context(lever, _rel0((cos - low) / (high - low), share, lexical), wl)
+                spread = (cos.astype(np.float64) - low) / (high - low)  # (in float64: no rounding beyond the bound)
+                added = _context(lever, _rel0(spread, share, lexical), wl)
                 slack += wl * lever.neighbour * rel_error
             if compiled:
                 keywords = lexical.scores if added is None else lexical.scores * lex_scale + added

@@ -7,6 +7,8 @@ importance and cosine relevance, each min-max normalized over the whole stream, 
 months"). Each part is normalized over the whole stream as in `spec`, but:
 
     relevance  = (1 - L) * minmax(cosine) + L * bm25 / max(bm25)    L = lexical_weight (0.4); bm25: lexical.py
+                 + the context terms (levers.py): 0.4 x the best relevance of its channel neighbours within an
+                 hour, 0.2 if a person the query names wrote it, 0.2 if the query asks "when" and it holds a time
     recency    = minmax(decay ** hours since *creation*)              being retrieved wins a memory nothing
     importance = minmax(importance)
 
