@@ -153,15 +153,24 @@ def rank_hybrid(vectors: StreamVectors, query: npt.NDArray[np.float32], text: st
             lex_scale = wl * share / lexical.top if lexical.top > 0.0 else 0.0
             added = None
             if lever is not None:  # a neighbour's rel0 is off by as much as a row's own
-                spread = (cos.astype(np.float64) - low) / (high - low)  # (in float64: no rounding beyond the bound)
-                added = _context(lever, _rel0(spread, share, lexical), wl)
                 slack += wl * lever.neighbour * rel_error
+                if not compiled:
+                    spread = (cos.astype(np.float64) - low) / (high - low)  # (float64: no rounding beyond the bound)
+                    added = _context(lever, _rel0(spread, share, lexical), wl)
             if compiled:
-                keywords = lexical.scores if added is None else lexical.scores * lex_scale + added
-                found = _compiled_candidates(cos, base, keywords, cos_scale, lex_scale if added is None else 1.0,
-                                             2 * (slack + 1e-12), (low + margin, high - margin), k)
+                keywords, scale = lexical.scores, lex_scale
+                if lever is not None:  # the keyword and context terms in one compiled pass
+                    keywords, scale = np.empty(vectors.n), 1.0
+                    kernels.loops()["context"](cos, low, high - low, share, lexical.scores,
+                                               1.0 / lexical.top if lexical.top > 0.0 else 0.0, lex_scale,
+                                               lever.prev, lever.next, lever.boost(), lever.neighbour, wl, keywords)
+                found = _compiled_candidates(cos, base, keywords, cos_scale, scale, 2 * (slack + 1e-12),
+                                             (low + margin, high - margin), k)
                 if found is not None:
                     return _exact(vectors, q64, q_norm, now, config, k, found, lexical, lever)
+            if compiled and lever is not None:  # (more candidates than the compiled pass keeps)
+                spread = (cos.astype(np.float64) - low) / (high - low)
+                added = _context(lever, _rel0(spread, share, lexical), wl)
             score = np.multiply(cos, cos_scale, dtype=np.float64)
             score += base
             if added is not None:

@@ -50,6 +50,14 @@ class Levers:
         out: I64 = np.concatenate([np.where(prev >= 0, prev, rows), np.where(after >= 0, after, rows)])
         return out
 
+    def boost(self) -> F64:
+        """Every row's names and times terms summed (for pass 1: not in the reference's order)."""
+        out: F64 = np.zeros(self.prev.size)
+        for boost in (self.names, self.times):
+            if boost is not None:
+                out += boost
+        return out
+
     def add(self, rel0: F64, best: F64, rows: I64 | None = None) -> F64:
         """rel0 with the context terms added, one at a time in the reference's order."""
         out: F64 = rel0 + self.neighbour * best if self.neighbour else rel0
