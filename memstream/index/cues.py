@@ -25,6 +25,7 @@ __all__ = ["asks_when", "author_key", "channel_key", "holds_time", "named"]
 
 _WORD = re.compile(r"[^\W_]+")
 _MENTION = re.compile(r"<@!?(\d+)>")
+_DIGIT = re.compile(r"\d")
 _TIME_TEXT = """
 yesterday today tonight tomorrow ago recently earlier later lately soon week weeks weekend weekends month months
 year years day days morning afternoon evening night nights last next ago monday tuesday wednesday thursday friday
@@ -41,9 +42,9 @@ _COMMON_NAMES = frozenset({"will", "may", "mark", "bill", "rose", "grace", "joy"
 
 def holds_time(text: str) -> bool:
     """Whether a memory's text holds a date or a time word."""
-    if _TIME_PATTERN.search(text):
+    if not TIME_WORDS.isdisjoint(_WORD.findall(text.lower())):
         return True
-    return any(word in TIME_WORDS for word in _WORD.findall(text.lower()))
+    return _DIGIT.search(text) is not None and _TIME_PATTERN.search(text) is not None  # (every pattern has a digit)
 
 
 def asks_when(query: str) -> bool:
