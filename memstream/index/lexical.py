@@ -64,6 +64,8 @@ class _Stems:
         found = self.memo.get(word, "")
         if found != "":
             return found
+        if word.isdigit():  # a number has no stem (and numbers would fill the memo)
+            return word
         term = None if word in self.stop else word if self.stemmer is None else self.stemmer.stemWord(word)
         if len(self.memo) < _MEMO_WORDS:
             self.memo[word] = term
