@@ -155,14 +155,14 @@ def bm25(out: Any, slots: Any, tfs: Any, slot_row: Any, slot_len: Any, idf: floa
 
 @jit
 def context(cos: Any, low: float, spread: float, share: float, lexical: Any, inv_top: float, lex_scale: float,
-            prev: Any, nxt: Any, boost: Any, neighbour: float, weight: float, out: Any) -> None:
+            prev: Any, nxt: Any, parent: Any, boost: Any, neighbour: float, weight: float, out: Any) -> None:
     # Pass 1's keyword and context terms of every row (hybrid.rank_hybrid, levers.py), approximate like the rest
     # of pass 1: lexical * lex_scale + weight * (neighbour * max(rel0 of the neighbours, 0) + boost), where
     # rel0 = (1 - share) * (cos - low) / spread + share * lexical / top.
     for i in range(cos.size):
         best = 0.0
         if neighbour != 0.0:
-            for j in (prev[i], nxt[i]):
+            for j in (prev[i], nxt[i], parent[i]):
                 if j >= 0:
                     rel0 = (1.0 - share) * ((np.float64(cos[j]) - low) / spread) + share * (lexical[j] * inv_top)
                     best = max(best, rel0)

@@ -2,7 +2,8 @@
 matrix (like the lexical index) for the `hybrid` profile's neighbours, names and time words.
 
 Per row: its author (a small code), whether its text holds a time (cues.holds_time), and its neighbours: the
-memories just before and after it in its channel (by creation time, then id), as row numbers kept in step
+memories just before and after it in its channel (by creation time, then id), and the message it replies to
+where Discord says so (its parent, in the stream, at any distance in time), as row numbers kept in step
 with every append, removal and row move, so the neighbour term of a query is a few array operations. A
 forgotten memory is unlinked at once (its two neighbours become each other's) and its author's display name
 is known only while a live memory carries it. A memory's source (author, channel) reaches the context after
@@ -32,6 +33,7 @@ class StreamContext:
         self.author: I64 = np.full(64, _NONE, np.int64)  # per row: author code
         self.prev: I64 = np.full(64, _NONE, np.int64)  # per row: the row said just before in its channel
         self.next: I64 = np.full(64, _NONE, np.int64)  # ... and just after
+        self.parent: I64 = np.full(64, _NONE, np.int64)  # per row: the row of the message it replies to
         self.timed = np.zeros(64, np.bool_)
         self._row_of: dict[int, int] = {}
         self._created: dict[int, float] = {}
@@ -43,6 +45,10 @@ class StreamContext:
         self._names: dict[tuple[str, str], int] = {}  # (author key, display name) -> live memories carrying it
         self.version = 0  # changes whenever a link does
         self._near: tuple[tuple[float, int, int], I64, I64] | None = None
+        self._message_of: dict[int, str] = {}  # id -> its Discord message id
+        self._by_message: dict[str, int] = {}  # Discord message id -> id
+        self._reply_of: dict[int, str] = {}  # id -> the Discord message it replies to
+        self._replies: dict[str, set[int]] = {}  # Discord message id -> the ids replying to it (here or not yet)
 
     # -- reading -----------------------------------------------------------------------------------
 
@@ -50,13 +56,14 @@ class StreamContext:
         """Ids whose source is still to be set."""
         return sorted(self._unknown)
 
-    def neighbours(self, created: F64, gap: float) -> tuple[I64, I64]:
-        """Every row's neighbour before and after it in its channel (-1: none), if said within `gap` seconds."""
+    def neighbours(self, created: F64, gap: float) -> tuple[I64, I64, I64]:
+        """Every row's neighbour before and after it in its channel (-1: none), if said within `gap` seconds,
+        and the message it replies to (-1: none here)."""
         n = created.size
         key = (gap, self.version, n)
         if self._near is None or self._near[0] != key:
             self._near = (key, self._within(self.prev[:n], created, gap), self._within(self.next[:n], created, gap))
-        return self._near[1], self._near[2]
+        return self._near[1], self._near[2], self.parent[:n]
 
     @staticmethod
     def _within(rows: I64, created: F64, gap: float) -> I64:
@@ -86,7 +93,7 @@ class StreamContext:
             self._row_of[memory_id] = row
             self._created[memory_id] = float(at)
             self._unknown.add(memory_id)
-            self.author[row] = self.prev[row] = self.next[row] = _NONE
+            self.author[row] = self.prev[row] = self.next[row] = self.parent[row] = _NONE
             self.timed[row] = holds_time(text)
 
     def set_sources(self, sources: Mapping[int, Source], asked: Sequence[int] = ()) -> None:
@@ -108,6 +115,7 @@ class StreamContext:
             channel = channel_key(source)
             if channel is not None:
                 self._link(memory_id, row, channel)
+            self._thread(memory_id, row, source)
 
     def retext(self, row: int, text: str) -> None:
         """A row's text changed."""
@@ -117,6 +125,7 @@ class StreamContext:
         """A row's memory is gone: nobody's neighbour, its name no longer known through it."""
         self._unknown.discard(memory_id)
         self._unlink(memory_id)
+        self._unthread(memory_id)
         pair = self._name_of.pop(memory_id, None)
         if pair is not None:
             self._names[pair] -= 1
@@ -124,19 +133,22 @@ class StreamContext:
                 del self._names[pair]
         self._row_of.pop(memory_id, None)
         self._created.pop(memory_id, None)
-        self.author[row] = self.prev[row] = self.next[row] = _NONE
+        self.author[row] = self.prev[row] = self.next[row] = self.parent[row] = _NONE
 
     def move(self, source: int, target: int, memory_id: int) -> None:
         """The memory in row `source` now sits in row `target`."""
         self._row_of[memory_id] = target
-        for column in (self.author, self.prev, self.next, self.timed):
+        for column in (self.author, self.prev, self.next, self.parent, self.timed):
             column[target] = column[source]
         before, after = int(self.prev[target]), int(self.next[target])
         if before != _NONE:
             self.next[before] = target
         if after != _NONE:
             self.prev[after] = target
-        self.prev[source] = self.next[source] = _NONE
+        for child in self._replies.get(self._message_of.get(memory_id, ""), ()):
+            if self.parent[self._row_of[child]] == source:
+                self.parent[self._row_of[child]] = target
+        self.prev[source] = self.next[source] = self.parent[source] = _NONE
         self.version += 1
 
     # -- internals ---------------------------------------------------------------------------------
@@ -154,6 +166,35 @@ class StreamContext:
             self.next[before] = row
         if after != _NONE:
             self.prev[after] = row
+        self.version += 1
+
+    def _thread(self, memory_id: int, row: int, source: Source) -> None:
+        """A reply finds its parent, and a message its replies, whichever came first."""
+        if source.message_id:
+            self._message_of[memory_id] = source.message_id
+            self._by_message[source.message_id] = memory_id
+            for child in self._replies.get(source.message_id, ()):
+                self.parent[self._row_of[child]] = row
+        if source.reply_to and source.reply_to != source.message_id:
+            self._reply_of[memory_id] = source.reply_to
+            self._replies.setdefault(source.reply_to, set()).add(memory_id)
+            found = self._by_message.get(source.reply_to)
+            self.parent[row] = _NONE if found is None else self._row_of[found]
+        self.version += 1
+
+    def _unthread(self, memory_id: int) -> None:
+        """A forgotten message is nobody's parent any more, and no longer waits for its own."""
+        message = self._message_of.pop(memory_id, None)
+        if message is not None:
+            self._by_message.pop(message, None)
+            for child in self._replies.get(message, ()):
+                self.parent[self._row_of[child]] = _NONE
+        parent = self._reply_of.pop(memory_id, None)
+        if parent is not None:
+            waiting = self._replies[parent]
+            waiting.discard(memory_id)
+            if not waiting:
+                del self._replies[parent]
         self.version += 1
 
     def _unlink(self, memory_id: int) -> None:
@@ -177,7 +218,7 @@ class StreamContext:
         if size <= len(self.author):
             return
         cap = max(size, 2 * len(self.author))
-        for name in ("author", "prev", "next", "timed"):
+        for name in ("author", "prev", "next", "parent", "timed"):
             old = getattr(self, name)
             new = np.full(cap, _NONE, old.dtype) if old.dtype != np.bool_ else np.zeros(cap, np.bool_)
             new[: len(old)] = old

@@ -76,7 +76,7 @@ def rank_hybrid_reference(memories: Sequence[tuple[int, float, float, float, Seq
     found = list(sources) if sources is not None else [None] * len(memories)
     best = neighbour_best([m[0] for m in memories], [m[1] for m in memories],
                           [None if s is None else channel_key(s) for s in found], rel0,
-                          config.neighbour_gap_minutes * 60.0)
+                          config.neighbour_gap_minutes * 60.0, found)
     authors = [None if s is None else author_key(s) for s in found]
     people = {(key, s.author or "") for key, s in zip(authors, found, strict=True) if key is not None and s}
     named_keys = named(query_text, people) if query_text else set()
@@ -163,7 +163,8 @@ def rank_hybrid(vectors: StreamVectors, query: npt.NDArray[np.float32], text: st
                     keywords, scale = np.empty(vectors.n), 1.0
                     kernels.loops()["context"](cos, low, high - low, share, lexical.scores,
                                                1.0 / lexical.top if lexical.top > 0.0 else 0.0, lex_scale,
-                                               lever.prev, lever.next, lever.boost(), lever.neighbour, wl, keywords)
+                                               lever.prev, lever.next, lever.parent, lever.boost(), lever.neighbour,
+                                               wl, keywords)
                 found = _compiled_candidates(cos, base, keywords, cos_scale, scale, 2 * (slack + 1e-12),
                                              (low + margin, high - margin), k)
                 if found is not None:
@@ -248,8 +249,9 @@ def _exact(vectors: StreamVectors, query: F64, q_norm: float, now: float, config
         best = np.zeros(rows.size)
         if lever.neighbour:
             near_rel = _rel0(scaled(near_cos, c_lo, c_hi), share, lexical, near)
-            before = np.where(lever.prev[rows] >= 0, near_rel[: rows.size], 0.0)
-            best = np.maximum(before, np.where(lever.next[rows] >= 0, near_rel[rows.size:], 0.0))
+            for part, links in enumerate((lever.prev, lever.next, lever.parent)):
+                found_rel = near_rel[part * rows.size: (part + 1) * rows.size]
+                best = np.maximum(best, np.where(links[rows] >= 0, found_rel, 0.0))
         relevance = lever.add(relevance, best, rows)
     score = (config.weight_recency * recency + config.weight_importance * importance
              + config.weight_relevance * relevance)

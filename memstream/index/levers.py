@@ -4,8 +4,9 @@
     rel0      = (1 - L) * minmax(cosine) + L * bm25 / max(bm25)       (hybrid.py's relevance before this)
 
 N = neighbour_weight (its neighbours: the memories just before and after it in its channel, said within
-neighbour_gap_minutes of it), W_name = name_weight (named: written by someone the query names), W_time =
-time_weight (timed: a "when" question, and the memory holds a time). Each is 0 to switch it off.
+neighbour_gap_minutes of it, and the message it replies to where Discord says so), W_name = name_weight
+(named: written by someone the query names), W_time = time_weight (timed: a "when" question, and the memory
+holds a time). Each is 0 to switch it off.
 
 For pass 1 (hybrid.rank_hybrid): every row's terms from the float32 cosines, within a bound (a maximum of
 values each within e of their exact value is within e of its exact value); for pass 2: the exact terms of the
@@ -34,20 +35,22 @@ class Levers:
     neighbour: float  # N: 0 leaves neighbours out
     prev: I64  # per row: the neighbour before (-1: none within the gap)
     next: I64
+    parent: I64  # per row: the message it replies to (-1: none here)
     names: F64 | None  # per row: W_name * named (None: 0 for all)
     times: F64 | None  # per row: W_time * timed (None: 0 for all)
 
     def best(self, rel0: F64, rows: I64 | None = None) -> F64:
         """max(rel0 of the neighbours, 0) for `rows` (every row if None), from every row's rel0."""
-        prev, after = (self.prev, self.next) if rows is None else (self.prev[rows], self.next[rows])
-        before = np.where(prev >= 0, rel0[np.maximum(prev, 0)], 0.0)
-        out: F64 = np.maximum(before, np.where(after >= 0, rel0[np.maximum(after, 0)], 0.0))
+        out: F64 = np.zeros(rel0.size if rows is None else rows.size)
+        for near in (self.prev, self.next, self.parent):
+            at = near if rows is None else near[rows]
+            out = np.maximum(out, np.where(at >= 0, rel0[np.maximum(at, 0)], 0.0))
         return out
 
     def neighbour_rows(self, rows: I64) -> I64:
-        """The neighbours of these rows (the row itself where it has none): before, then after."""
-        prev, after = self.prev[rows], self.next[rows]
-        out: I64 = np.concatenate([np.where(prev >= 0, prev, rows), np.where(after >= 0, after, rows)])
+        """The neighbours of these rows (the row itself where it has none): before, after, then the parent."""
+        out: I64 = np.concatenate([np.where(near[rows] >= 0, near[rows], rows)
+                                   for near in (self.prev, self.next, self.parent)])
         return out
 
     def boost(self) -> F64:
@@ -85,7 +88,7 @@ def levers(vectors: StreamVectors, text: str | None, config: StreamConfig) -> Le
     if not n_weight and names is None and times is None:
         return None
     if n_weight:
-        prev, after = context.neighbours(vectors.created, config.neighbour_gap_minutes * 60.0)
+        prev, after, parent = context.neighbours(vectors.created, config.neighbour_gap_minutes * 60.0)
     else:
-        prev = after = np.full(n, -1, np.int64)
-    return Levers(n_weight, prev, after, names, times)
+        prev = after = parent = np.full(n, -1, np.int64)
+    return Levers(n_weight, prev, after, parent, names, times)

@@ -34,10 +34,10 @@ from memstream.store.sqlite.counters import DAILY_USAGE, USAGE, Counters
 __all__ = ["Rows", "to_blob"]
 
 _INSERT = ("INSERT INTO memories (stream, kind, text, created_at, last_accessed_at, importance, importance_source, "
-           "depth, author, author_id, channel, channel_id, message_id, status, embedding) "
-           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+           "depth, author, author_id, channel, channel_id, message_id, status, embedding, reply_to) "
+           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 
-_SOURCES = "SELECT id, author, author_id, channel, channel_id, message_id FROM memories WHERE stream = "
+_SOURCES = "SELECT id, author, author_id, channel, channel_id, message_id, reply_to FROM memories WHERE stream = "
 
 # A touch: last access becomes the retrieval's time, never before the memory was made (a clock set back, as by
 # `--at` under the spec profile, must not put it there); what was written is announced, as written.
@@ -49,7 +49,7 @@ def _insert_row(m: NewMemory) -> tuple[Any, ...]:
     ready = m.importance is not None and m.embedding is not None
     return (m.stream, m.kind, m.text, m.created_at, m.created_at, m.importance, m.importance_source, m.depth,
             m.source.author, m.source.author_id, m.source.channel, m.source.channel_id, m.source.message_id,
-            "ready" if ready else "pending", None if m.embedding is None else to_blob(m.embedding))
+            "ready" if ready else "pending", None if m.embedding is None else to_blob(m.embedding), m.source.reply_to)
 
 
 def to_blob(vector: npt.NDArray[np.float32]) -> bytes:

@@ -17,10 +17,11 @@ QUERIES = ["what did Bob say about the boat?", "when did <@7> sail?", "<@99> boa
            "what did Will plan yesterday?"]
 
 
-def _said(text: str, who: str, author_id: str, channel: str, message: str) -> Observation:
+def _said(text: str, who: str, author_id: str, channel: str, message: str,
+          reply_to: str | None = None) -> Observation:
     return Observation(f"{who} in #{channel}: {text}", STREAM,
                        source=Source(author=who, author_id=author_id, channel=channel, channel_id=channel,
-                                     message_id=message))
+                                     message_id=message, reply_to=reply_to))
 
 
 async def assert_reference(memory: MemoryStream, clock: FakeClock) -> None:
@@ -47,7 +48,13 @@ async def test_neighbours_names_and_times_follow_arrivals_edits_and_deletions(ma
         await memory.explain("boat", stream=STREAM)  # the stream loaded: what follows reaches it as events
         clock.advance(minutes=2)
     await assert_reference(memory, clock)  # rows whose sources reached the index after its load
-    await memory.forget_messages(["m1"])  # the pier is now beside the boat
+    clock.advance(hours=5)  # a reply hours later: beside its parent all the same
+    await memory.observe_many([_said("yes, that one", "Ann", "9", "general", "m9", reply_to="m0")])
+    stored = await memory.store.sources(STREAM)
+    assert Source(author="Ann", author_id="9", channel="general", channel_id="general", message_id="m9",
+                  reply_to="m0") in stored.values()
+    await assert_reference(memory, clock)
+    await memory.forget_messages(["m1", "m0"])  # the pier is now beside nothing said before; the reply, alone
     clock.advance(minutes=1)
     await assert_reference(memory, clock)
     await memory.edit_message(STREAM, "m2", "Bob in #general: at the new pier")  # no time word left

@@ -177,8 +177,9 @@ CONTEXT = StreamConfig.for_profile("hybrid", neighbour_weight=1.0, name_weight=0
                           st.integers(0, 10**6)), max_size=30),
        st.sampled_from(["paint the sunrise", "when did Klaus say it", "<@1> party", "the of and", "Will said"]))
 def test_neighbours_names_and_times_stay_exact_after_any_writes(ops: list[tuple[str, int, int]], query: str) -> None:
-    """Appends, edits and deletions (rows moving): the ranking is the reference's over what is left; a forgotten
-    memory is nobody's neighbour and its text reaches no score."""
+    """Appends, edits and deletions (rows moving), replies to messages here, gone or still to come: the ranking
+    is the reference's over what is left; a forgotten memory is nobody's neighbour nor parent, and its text
+    reaches no score."""
     vectors = StreamVectors()
     vectors.terms = StreamTerms()
     context = vectors.index_context([], [])
@@ -192,8 +193,10 @@ def test_neighbours_names_and_times_stay_exact_after_any_writes(ops: list[tuple[
             vector = [rng.choice([-1.0, 0.5, 1.0, 2.0]) for _ in range(3)]
             created = float(rng.randrange(0, 40)) * 1200.0
             live[next_id] = (next_id, created, created, float(rng.randint(1, 10)), vector, words)
+            parent = rng.choice([None, f"m{rng.randrange(1, next_id + 3)}"])  # earlier, itself, later, or none
             sources[next_id] = Source(author=rng.choice(["Klaus", "Will", None]), author_id=rng.choice(["1", None]),
-                                      channel_id=rng.choice(["c1", "c2", None])) if seed % 5 else None
+                                      channel_id=rng.choice(["c1", "c2", None]), message_id=f"m{next_id}",
+                                      reply_to=parent) if seed % 5 else None
             vectors.append([next_id], np.array([vector], np.float32), [live[next_id][3]], [created], [created],
                            [words])
             if seed % 3:  # the source may come later (VectorIndex reads it from the store before a query)
