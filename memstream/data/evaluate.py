@@ -39,7 +39,7 @@ __all__ = ["EVAL_MAX_BYTES", "EVAL_MAX_LINE", "CachedChat", "CachedEmbedder", "E
 EVAL_MAX_BYTES = 64 * 1024 * 1024
 EVAL_MAX_LINE = 1024 * 1024
 # Where an observation came from, as the JSONL import reads it (history.py): who wrote it, in which channel.
-# The message id is the eval's own ("eval:KEY"), so that a key is one memory.
+# The message id is the eval's own ("eval:KEY"), so that a key is one memory; "reply_to" names another key.
 SOURCE_KEYS = ("author", "author_id", "channel", "channel_id")
 
 
@@ -126,7 +126,10 @@ def _source(data: dict[str, Any], key: str) -> Source:
                 raise ValueError(f'"{name}" must be a string')
             check_text(data[name], f'"{name}"')
     values = {name: data.get(name) or None for name in SOURCE_KEYS}
-    return Source(**values, message_id=f"eval:{key}")
+    parent = data.get("reply_to")
+    if parent is not None and (not isinstance(parent, str) or not parent):
+        raise ValueError('"reply_to" must be the key of the observation it replies to')
+    return Source(**values, message_id=f"eval:{key}", reply_to=f"eval:{parent}" if parent else None)
 
 
 class ModelCache:

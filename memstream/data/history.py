@@ -30,7 +30,7 @@ IMPORT_MAX_LINE = 1024 * 1024  # a JSONL line (one message; Discord's own limit 
 _DCE_TALK = {"Default", "Reply", "ThreadStarterMessage"}
 _DM_TYPES = {"DirectTextChat", "DirectGroupTextChat"}
 # The keys of a JSONL line; the source keys are what `memstream export --stream` writes beside text and time.
-_SOURCE_KEYS = ("author", "author_id", "channel", "channel_id", "message_id")
+_SOURCE_KEYS = ("author", "author_id", "channel", "channel_id", "message_id", "reply_to")
 _JSONL_KEYS_SHOWN = ("text", "at", "stream", "importance", "id", *_SOURCE_KEYS)
 _JSONL_KEYS = set(_JSONL_KEYS_SHOWN)
 
@@ -137,7 +137,8 @@ def _jsonl_line(raw: str, default_stream: str | None, default_importance: int | 
     message_id = data.get("message_id") or f"import:{key}"
     return Observation(text, stream, parse_time(at), value if value is not None else default_importance,
                        Source(author=data.get("author"), author_id=data.get("author_id"), channel=data.get("channel"),
-                              channel_id=data.get("channel_id"), message_id=message_id))
+                              channel_id=data.get("channel_id"), message_id=message_id,
+                              reply_to=data.get("reply_to")))
 
 
 def read_dce(path: Path, data: dict[str, Any], *, stream: str | None = None, importance: int | None = None,

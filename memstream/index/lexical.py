@@ -28,7 +28,6 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 import numpy as np
-import snowballstemmer
 
 from memstream.index import _kernels as kernels
 from memstream.store.arrays import F64, I64
@@ -57,7 +56,12 @@ class _Stems:
 
     def __init__(self, language: str) -> None:
         self.stop = STOP_WORDS if language in ("english", "porter") else frozenset()
-        self.stemmer = None if language == "none" else snowballstemmer.stemmer(language)
+        if language == "none":
+            self.stemmer = None
+        else:  # imported when a stream is first indexed, not by every command (its 36 languages cost 16 ms)
+            import snowballstemmer
+
+            self.stemmer = snowballstemmer.stemmer(language)
         self.memo: dict[str, str | None] = {}
 
     def term(self, word: str) -> str | None:

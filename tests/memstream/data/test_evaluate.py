@@ -110,10 +110,10 @@ async def test_touch_marks_the_persona_k_whatever_cut_offs_are_reported(tmp_path
 def test_an_observation_carries_its_source_as_the_import_reads_it(tmp_path: Path) -> None:
     line = {**_observation("a", "Bob said: hi", "2023-01-01T00:00:00Z"), "author": "Bob", "author_id": "42",
             "channel": "general", "channel_id": "7"}
-    bare = _observation("b", "no source", "2023-01-01T00:01:00Z")
+    bare = {**_observation("b", "no source", "2023-01-01T00:01:00Z"), "reply_to": "a"}
     [first, second] = read_eval(_write(tmp_path / "eval.jsonl", [line, bare]))
     assert first.source == Source(author="Bob", author_id="42", channel="general", channel_id="7", message_id="eval:a")
-    assert second.source == Source(message_id="eval:b")
+    assert second.source == Source(message_id="eval:b", reply_to="eval:a")  # a key of the file, as a message id
     wrong = {**_observation("c", "x", "2023-01-01T00:00:00Z"), "author_id": 42}
     with pytest.raises(ConfigError, match=r'bad\.jsonl:1: "author_id" must be a string'):
         read_eval(_write(tmp_path / "bad.jsonl", [wrong]))
