@@ -210,9 +210,11 @@ def _dce_message(message: object, stream: str, channel: str, channel_id: str, im
         return None
     message_id = str(_field(message, "id", (str, int), "a string"))
     timestamp = _field(message, "timestamp", str, "an ISO-8601 time string")
+    reference = _field(message, "reference", dict, "an object", required=False) if kind == "Reply" else None
+    parent = _field(reference, "messageId", (str, int), "a string", required=False) if reference else None
     return Observation(f"{who} in #{channel}: {body}", stream, parse_time(timestamp), importance,
                        Source(author=who, author_id=str(author_id or ""), channel=channel,
-                              channel_id=channel_id, message_id=message_id))
+                              channel_id=channel_id, message_id=message_id, reply_to=str(parent) if parent else None))
 
 
 def _dce_parts(message: dict[str, Any]) -> Iterator[str]:
