@@ -40,7 +40,9 @@ class StreamContext:
         self._unknown: set[int] = set()  # ids whose source has not reached the context yet
         self._channel_of: dict[int, str] = {}
         self._channels: dict[str, list[tuple[float, int]]] = {}  # (created, id), in order
-        self._codes: dict[str, int] = {}
+        self._codes: dict[str, int] = {}  # author key -> code, while a live memory has that author
+        self._authored: dict[str, int] = {}  # author key -> live memories
+        self._next_code = 0
         self._name_of: dict[int, tuple[str, str]] = {}  # id -> (author key, display name or "")
         self._names: dict[tuple[str, str], int] = {}  # (author key, display name) -> live memories carrying it
         self.version = 0  # changes whenever a link does
@@ -108,7 +110,10 @@ class StreamContext:
             row = self._row_of[memory_id]
             key = author_key(source)
             if key is not None:
-                self.author[row] = self._codes.setdefault(key, len(self._codes))
+                if key not in self._codes:
+                    self._codes[key], self._next_code = self._next_code, self._next_code + 1
+                self._authored[key] = self._authored.get(key, 0) + 1
+                self.author[row] = self._codes[key]
                 pair = (key, source.author or "")
                 self._name_of[memory_id] = pair
                 self._names[pair] = self._names.get(pair, 0) + 1
@@ -122,15 +127,19 @@ class StreamContext:
         self.timed[row] = holds_time(text)
 
     def remove(self, row: int, memory_id: int) -> None:
-        """A row's memory is gone: nobody's neighbour, its name no longer known through it."""
+        """A row's memory is gone: nobody's neighbour nor parent, its author and name no longer known through
+        it."""
         self._unknown.discard(memory_id)
         self._unlink(memory_id)
         self._unthread(memory_id)
         pair = self._name_of.pop(memory_id, None)
-        if pair is not None:
+        if pair is not None:  # a forgotten author's id and names are not kept here either
             self._names[pair] -= 1
             if self._names[pair] == 0:
                 del self._names[pair]
+            self._authored[pair[0]] -= 1
+            if self._authored[pair[0]] == 0:
+                del self._authored[pair[0]], self._codes[pair[0]]
         self._row_of.pop(memory_id, None)
         self._created.pop(memory_id, None)
         self.author[row] = self.prev[row] = self.next[row] = self.parent[row] = _NONE

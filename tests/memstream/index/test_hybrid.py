@@ -308,3 +308,13 @@ async def test_the_profile_passes_the_specs_example_through_the_stream(hybrid: M
     [top] = await hybrid.explain("What is Klaus working on?", k=1)
     assert top.memory.text.startswith("Klaus Mueller")
     assert to_timestamp(top.memory.created_at) < to_timestamp(clock.now()) - 48 * 3600
+
+
+def test_a_forgotten_author_is_not_kept_in_the_context() -> None:
+    memories = [(1, 0.0, 0.0, 5.0, [1.0, 0.0], "hello"), (2, 60.0, 60.0, 5.0, [0.0, 1.0], "bye")]
+    vectors = _vectors(memories, sources=[Source(author="Bob", author_id="7"), Source(author="Ann")])
+    context = vectors.context
+    assert context is not None and context.named_rows("what did bob say", 2) is not None
+    vectors.remove([1])
+    assert context.named_rows("what did bob say", 1) is None and context.named_rows("<@7>", 1) is None
+    assert "7" not in context._codes and all("Bob" not in name for _, name in context._names)
