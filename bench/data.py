@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from memstream.records import Source
 from memstream.store import NewMemory, Store, StreamArrays
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -20,6 +21,10 @@ NOW = START + 365 * 86400.0
 _WORDS = ("party", "tonight", "coffee", "Klaus", "painting", "gallery", "rain", "breakfast", "Isabella",
           "Valentine", "library", "exam", "music", "bakery", "garden", "river", "walk", "dinner", "market",
           "study", "chess", "festival", "poem", "bicycle")
+
+# Who said it and where: 8 people over 8 channels, in bursts of 25 messages a channel (the hybrid profile's
+# neighbours and names have something to find).
+_PEOPLE = ("Klaus", "Maria", "Isabella", "Tom", "Sam", "Ayesha", "Carlos", "Jennifer")
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,13 @@ def text(i: int) -> str:
     return f"Observation {i}: someone talked about " + " ".join(words)
 
 
+def source(i: int) -> Source:
+    """Where generated observation i was said, and by whom."""
+    person = (i * 5 + i // 3) % len(_PEOPLE)
+    channel = str(100 + (i // 25) % 8)
+    return Source(author=_PEOPLE[person], author_id=str(person + 1), channel=f"c{channel}", channel_id=channel)
+
+
 def query(dim: int, seed: int = 1) -> npt.NDArray[np.float32]:
     """A random unit query vector."""
     return unit_vectors(np.random.default_rng([seed, dim]), 1, dim)[0]
@@ -76,7 +88,7 @@ async def write_store(path: Path, data: Columns, chunk: int = 20_000) -> None:
             end = min(start + chunk, len(data.ids))
             batch = [NewMemory(stream=STREAM, kind="observation", text=text(i), created_at=float(data.created[i]),
                                importance=int(data.importance[i]), importance_source="rater",
-                               embedding=data.embeddings[i]) for i in range(start, end)]
+                               embedding=data.embeddings[i], source=source(i)) for i in range(start, end)]
             await store.insert(batch)
         touched = np.flatnonzero(data.last_accessed != data.created)
         rows = [(float(data.last_accessed[i]), int(data.ids[i])) for i in touched]
@@ -86,7 +98,7 @@ async def write_store(path: Path, data: Columns, chunk: int = 20_000) -> None:
 
 def store_file(n: int, dim: int, seed: int = 0) -> Path:
     """A cached store file of n memories (built on first use under bench/data/)."""
-    path = DATA / f"stream-{n}x{dim}-seed{seed}.db"
+    path = DATA / f"stream-{n}x{dim}-seed{seed}-sources.db"
     if not path.exists():
         DATA.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(".partial")

@@ -32,6 +32,10 @@ SWEEP: dict[str, list[float]] = {
     "weight_importance": [0.0, 0.1, 0.2, 0.3, 0.5],
     "weight_recency": [0.0, 0.02, 0.05, 0.1, 0.2],
     "decay": [0.99, 0.995, 0.999],
+    "neighbour_weight": [0.0, 0.2, 0.3, 0.4, 0.5, 0.6],
+    "neighbour_gap_minutes": [5.0, 15.0, 60.0, 240.0, 1440.0],
+    "name_weight": [0.0, 0.1, 0.2, 0.3],
+    "time_weight": [0.0, 0.1, 0.2, 0.3],
 }
 
 

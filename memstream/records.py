@@ -40,6 +40,7 @@ class Source:
     channel: str | None = None
     channel_id: str | None = None
     message_id: str | None = None
+    reply_to: str | None = None  # the Discord message it replies to, where Discord says so
 
 
 @dataclass(frozen=True)

@@ -128,7 +128,7 @@ class ObserveCog(commands.Cog):
             return
         source = Source(author=message.author.display_name, author_id=str(message.author.id),
                         channel=getattr(channel, "name", None), channel_id=str(message.channel.id),
-                        message_id=str(message.id))
+                        message_id=str(message.id), reply_to=_replied(message))
         self.queue[str(message.id)] = Observation(text, message_stream(message), self.bot.memory.now(), None, source)
         self.idle.clear()
         self.wake.set()
@@ -310,3 +310,11 @@ async def setup(bot: commands.Bot) -> None:
     """Load the cog."""
     assert isinstance(bot, PersonaBot)
     await bot.add_cog(ObserveCog(bot))
+
+
+def _replied(message: discord.Message) -> str | None:
+    """The id of the message this one replies to, where Discord says so (a reply, not a forward or a pin)."""
+    reference = message.reference
+    if reference is None or reference.message_id is None or message.type != discord.MessageType.reply:
+        return None
+    return str(reference.message_id)

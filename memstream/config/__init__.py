@@ -8,6 +8,7 @@ from memstream.config.persona import (
     BASELINES,
     PERSONA_MAX_BYTES,
     PROFILE_NAMES,
+    STEMMER_LANGUAGES,
     DiscordConfig,
     ModelConfig,
     PersonaConfig,
@@ -16,6 +17,6 @@ from memstream.config.persona import (
     load_persona,
 )
 
-__all__ = ["BASELINES", "BUDGET_ROLES", "MASK", "PERSONA_MAX_BYTES", "PROFILE_NAMES", "BudgetConfig", "DiscordConfig",
-           "ModelConfig", "PersonaConfig", "RoleLimit", "StreamConfig", "check_base_url", "is_database_url",
-           "load_persona", "redact", "redact_text", "show_database", "url_problem"]
+__all__ = ["BASELINES", "BUDGET_ROLES", "MASK", "PERSONA_MAX_BYTES", "PROFILE_NAMES", "STEMMER_LANGUAGES",
+           "BudgetConfig", "DiscordConfig", "ModelConfig", "PersonaConfig", "RoleLimit", "StreamConfig", "check_base_url",
+           "is_database_url", "load_persona", "redact", "redact_text", "show_database", "url_problem"]

@@ -27,6 +27,7 @@ __all__ = [
     "BASELINES",
     "PERSONA_MAX_BYTES",
     "PROFILE_NAMES",
+    "STEMMER_LANGUAGES",
     "DiscordConfig",
     "ModelConfig",
     "PersonaConfig",
@@ -46,11 +47,17 @@ PROFILE_NAMES = ("spec", "hybrid")
 PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
     "hybrid": {"weight_recency": 0.05, "weight_importance": 0.2, "weight_relevance": 1.0, "grounding_weight": 0.5},
 }
+# The Snowball stemmers of the keyword index (snowballstemmer 3's algorithms), and "none": whole words.
+STEMMER_LANGUAGES = ("arabic", "armenian", "basque", "catalan", "czech", "danish", "dutch", "dutch_porter",
+                     "english", "esperanto", "estonian", "finnish", "french", "german", "greek", "hindi", "hungarian",
+                     "indonesian", "irish", "italian", "lithuanian", "nepali", "norwegian", "persian", "polish",
+                     "porter", "portuguese", "romanian", "russian", "serbian", "sesotho", "spanish", "swedish", "tamil",
+                     "turkish", "yiddish", "none")
 # Not profiles a persona runs with: what `memstream eval` compares the profiles against (memstream.index.profiles).
 BASELINES: dict[str, dict[str, object]] = {
     "relevance": {"profile": "spec", "weight_recency": 0.0, "weight_importance": 0.0, "weight_relevance": 1.0},
     "lexical": {"profile": "hybrid", "weight_recency": 0.0, "weight_importance": 0.0, "weight_relevance": 1.0,
-                "lexical_weight": 1.0},
+                "lexical_weight": 1.0, "neighbour_weight": 0.0, "name_weight": 0.0, "time_weight": 0.0},
 }
 
 
@@ -75,6 +82,14 @@ class StreamConfig:
     grounding_weight: float = 0.0
     # the rater's latest ratings checked for flatness (memstream.calibration), over this many; 0: off
     rater_alarm_window: int = 50
+    stemmer: str = "english"  # `hybrid`: the keyword index's Snowball stemmer (STEMMER_LANGUAGES; "none": whole words)
+    # `hybrid`, each 0 to switch it off (index/hybrid.py): a memory's relevance also counts the best relevance of its
+    # neighbours in its channel said within the gap, what a person the query names wrote, and for a "when" question
+    # the memories that hold a time.
+    neighbour_weight: float = 0.4
+    neighbour_gap_minutes: float = 60.0
+    name_weight: float = 0.2
+    time_weight: float = 0.2
     screen_mb: int = 256  # memory for a stream's int16 screen (screen.py): pass 1 reads half the bytes; 0: none
 
     @classmethod
@@ -96,7 +111,11 @@ class StreamConfig:
             raise ConfigError(f"grounding_weight must be a number >= 0, got {self.grounding_weight!r}")
         if self.grounding_weight and self.profile != "hybrid":
             raise ConfigError("grounding_weight belongs to the hybrid profile (spec is the paper's formula exactly)")
-        for name in ("weight_recency", "weight_importance", "weight_relevance"):
+        if self.stemmer not in STEMMER_LANGUAGES:
+            raise ConfigError(f"stemmer must be a Snowball language ({', '.join(STEMMER_LANGUAGES[:-1])}) or 'none', "
+                              f"got {self.stemmer!r}")
+        for name in ("weight_recency", "weight_importance", "weight_relevance", "neighbour_weight",
+                     "neighbour_gap_minutes", "name_weight", "time_weight"):
             value = getattr(self, name)
             if not _is_number(value) or value < 0:
                 raise ConfigError(f"{name} must be a number >= 0, got {value!r}")

@@ -30,7 +30,7 @@ from memstream.models.roles import RoleModel
 from memstream.records import Source
 from memstream.store import Store, sqlite_module
 from memstream.stream import MemoryStream, Observation
-from memstream.text import read_bounded
+from memstream.text import check_text, read_bounded
 
 __all__ = ["EVAL_MAX_BYTES", "EVAL_MAX_LINE", "CachedChat", "CachedEmbedder", "EvalLine", "ModelCache", "evaluate",
            "read_eval"]
@@ -38,6 +38,9 @@ __all__ = ["EVAL_MAX_BYTES", "EVAL_MAX_LINE", "CachedChat", "CachedEmbedder", "E
 # An eval file is refused past these (with one line saying so): a labeled file is made by hand or a script.
 EVAL_MAX_BYTES = 64 * 1024 * 1024
 EVAL_MAX_LINE = 1024 * 1024
+# Where an observation came from, as the JSONL import reads it (history.py): who wrote it, in which channel.
+# The message id is the eval's own ("eval:KEY"), so that a key is one memory; "reply_to" names another key.
+SOURCE_KEYS = ("author", "author_id", "channel", "channel_id")
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ class EvalLine:
     importance: int | None = None
     expect: tuple[str, ...] = ()
     label: str = "all"
+    source: Source = field(default_factory=Source)  # an observation's author and channel (message id: its key)
 
 
 def read_eval(path: Path) -> list[EvalLine]:
@@ -102,7 +106,8 @@ def _line(data: object) -> EvalLine:
         if importance is not None and (isinstance(importance, bool) or not isinstance(importance, int)
                                        or not 1 <= importance <= 10):
             raise ValueError('"importance" must be a whole number from 1 to 10')
-        return EvalLine("observation", text, parse_time(at), stream, key=key, importance=importance)
+        return EvalLine("observation", text, parse_time(at), stream, key=key, importance=importance,
+                        source=_source(data, key))
     if kind == "query":
         expect, label = data.get("expect"), data.get("label", "all")
         if not isinstance(expect, list) or not expect or not all(isinstance(k, str) for k in expect):
@@ -111,6 +116,20 @@ def _line(data: object) -> EvalLine:
             raise ValueError('"label" must be a string')
         return EvalLine("query", text, parse_time(at), stream, expect=tuple(expect), label=label)
     raise ValueError('"type" must be "observation" or "query"')
+
+
+def _source(data: dict[str, Any], key: str) -> Source:
+    """An observation's source keys (each a string, or absent), and its key as the message id."""
+    for name in SOURCE_KEYS:
+        if data.get(name) is not None:
+            if not isinstance(data[name], str):
+                raise ValueError(f'"{name}" must be a string')
+            check_text(data[name], f'"{name}"')
+    values = {name: data.get(name) or None for name in SOURCE_KEYS}
+    parent = data.get("reply_to")
+    if parent is not None and (not isinstance(parent, str) or not parent):
+        raise ValueError('"reply_to" must be the key of the observation it replies to')
+    return Source(**values, message_id=f"eval:{key}", reply_to=f"eval:{parent}" if parent else None)
 
 
 class ModelCache:
@@ -234,7 +253,7 @@ async def _replay(lines: Sequence[EvalLine], config: StreamConfig, embedder: Emb
                     continue
                 if pending:
                     stored = await memory.observe_many([
-                        Observation(p.text, p.stream, p.at, p.importance, Source(message_id=f"eval:{p.key}"))
+                        Observation(p.text, p.stream, p.at, p.importance, p.source)
                         for p in pending])
                     keys.update({m.id: str(p.key) for m, p in zip(stored, pending, strict=True)})
                     pending = []

@@ -37,7 +37,7 @@ def _author_record(memory: Memory) -> dict[str, Any]:
     return {"id": memory.id, "stream": memory.stream, "kind": memory.kind, "text": memory.text,
             "created_at": _when(memory.created_at), "importance": memory.importance,
             "author": src.author, "message_id": src.message_id, "channel_id": src.channel_id,
-            "channel": src.channel}
+            "channel": src.channel, "reply_to": src.reply_to}
 
 
 def author_document(found: Sequence[Memory], *, persona: str, author_id: str, at: datetime,
@@ -60,7 +60,7 @@ def import_line(memory: Memory) -> dict[str, Any]:
     line: dict[str, Any] = {"text": memory.text, "at": _when(memory.created_at), "stream": memory.stream}
     if memory.importance is not None and memory.importance_source != "fallback":
         line["importance"] = memory.importance
-    for key in ("author", "author_id", "channel", "channel_id", "message_id"):
+    for key in ("author", "author_id", "channel", "channel_id", "message_id", "reply_to"):
         if getattr(src, key) is not None:
             line[key] = getattr(src, key)
     return line

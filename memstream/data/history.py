@@ -30,7 +30,7 @@ IMPORT_MAX_LINE = 1024 * 1024  # a JSONL line (one message; Discord's own limit 
 _DCE_TALK = {"Default", "Reply", "ThreadStarterMessage"}
 _DM_TYPES = {"DirectTextChat", "DirectGroupTextChat"}
 # The keys of a JSONL line; the source keys are what `memstream export --stream` writes beside text and time.
-_SOURCE_KEYS = ("author", "author_id", "channel", "channel_id", "message_id")
+_SOURCE_KEYS = ("author", "author_id", "channel", "channel_id", "message_id", "reply_to")
 _JSONL_KEYS_SHOWN = ("text", "at", "stream", "importance", "id", *_SOURCE_KEYS)
 _JSONL_KEYS = set(_JSONL_KEYS_SHOWN)
 
@@ -137,7 +137,8 @@ def _jsonl_line(raw: str, default_stream: str | None, default_importance: int | 
     message_id = data.get("message_id") or f"import:{key}"
     return Observation(text, stream, parse_time(at), value if value is not None else default_importance,
                        Source(author=data.get("author"), author_id=data.get("author_id"), channel=data.get("channel"),
-                              channel_id=data.get("channel_id"), message_id=message_id))
+                              channel_id=data.get("channel_id"), message_id=message_id,
+                              reply_to=data.get("reply_to")))
 
 
 def read_dce(path: Path, data: dict[str, Any], *, stream: str | None = None, importance: int | None = None,
@@ -209,9 +210,11 @@ def _dce_message(message: object, stream: str, channel: str, channel_id: str, im
         return None
     message_id = str(_field(message, "id", (str, int), "a string"))
     timestamp = _field(message, "timestamp", str, "an ISO-8601 time string")
+    reference = _field(message, "reference", dict, "an object", required=False) if kind == "Reply" else None
+    parent = _field(reference, "messageId", (str, int), "a string", required=False) if reference else None
     return Observation(f"{who} in #{channel}: {body}", stream, parse_time(timestamp), importance,
                        Source(author=who, author_id=str(author_id or ""), channel=channel,
-                              channel_id=channel_id, message_id=message_id))
+                              channel_id=channel_id, message_id=message_id, reply_to=str(parent) if parent else None))
 
 
 def _dce_parts(message: dict[str, Any]) -> Iterator[str]:

@@ -46,7 +46,7 @@ def _compile() -> dict[str, Any]:
 
     return {"prepare": _loops.prepare, "cosines": _loops.cosines, "pass_terms": _loops.pass_terms,
             "candidates": _loops.candidates, "cut": _loops.cut, "finish": _loops.finish, "quantize": _loops.quantize,
-            "bm25": _loops.bm25}
+            "bm25": _loops.bm25, "context": _loops.context}
 
 
 def _get() -> dict[str, Any] | None:

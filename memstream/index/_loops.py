@@ -17,7 +17,7 @@ from numba.extending import intrinsic
 
 from memstream.index._terms import U64, Scales, importance_terms, recency_terms, relevance_terms
 
-__all__ = ["bm25", "candidates", "cosines", "cut", "finish", "pass_terms", "prepare", "quantize"]
+__all__ = ["bm25", "candidates", "context", "cosines", "cut", "finish", "pass_terms", "prepare", "quantize"]
 
 jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 # The product alone may sum in any order and fuse multiply-adds: its error bound (screen.cosine_error) holds
@@ -152,6 +152,22 @@ def bm25(out: Any, slots: Any, tfs: Any, slot_row: Any, slot_len: Any, idf: floa
             tf = np.float64(tfs[j])
             length = np.float64(slot_len[slots[j]])
             out[row] += idf * (tf * (k1 + 1.0)) / (tf + k1 * (1.0 - b + b * (length / avg)))
+
+@jit
+def context(cos: Any, low: float, spread: float, share: float, lexical: Any, inv_top: float, lex_scale: float,
+            prev: Any, nxt: Any, parent: Any, boost: Any, neighbour: float, weight: float, out: Any) -> None:
+    # Pass 1's keyword and context terms of every row (hybrid.rank_hybrid, levers.py), approximate like the rest
+    # of pass 1: lexical * lex_scale + weight * (neighbour * max(rel0 of the neighbours, 0) + boost), where
+    # rel0 = (1 - share) * (cos - low) / spread + share * lexical / top.
+    for i in range(cos.size):
+        best = 0.0
+        if neighbour != 0.0:
+            for j in (prev[i], nxt[i], parent[i]):
+                if j >= 0:
+                    rel0 = (1.0 - share) * ((np.float64(cos[j]) - low) / spread) + share * (lexical[j] * inv_top)
+                    best = max(best, rel0)
+        out[i] = lexical[i] * lex_scale + weight * (neighbour * best + boost[i])
+
 
 @jit
 def score(i: int, y: Any, importance: Any, c: float, scales: Scales) -> float:

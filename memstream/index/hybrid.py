@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -22,6 +22,7 @@ from memstream.errors import StoreError
 from memstream.index import _kernels as kernels
 from memstream.index import _scan as scan
 from memstream.index._terms import Candidates, Scales
+from memstream.index.cues import asks_when, author_key, channel_key, holds_time, named
 from memstream.index.exact import (
     Ranked,
     approximate_cosines,
@@ -32,10 +33,12 @@ from memstream.index.exact import (
     scaled,
 )
 from memstream.index.grounding import Grounding, grounding_reference
+from memstream.index.levers import Levers, levers
 from memstream.index.lexical import bm25_reference
 from memstream.index.profiles import min_max
-from memstream.index.reference import cosine, normalized
+from memstream.index.reference import cosine, neighbour_best, normalized
 from memstream.index.vectors import StreamVectors
+from memstream.records import Source
 from memstream.store.arrays import F64, I64
 
 __all__ = ["rank_hybrid", "rank_hybrid_reference"]
@@ -52,25 +55,41 @@ class _Lexical(NamedTuple):
 
 def rank_hybrid_reference(memories: Sequence[tuple[int, float, float, float, Sequence[float], str]],
                           query: Sequence[float], query_text: str, now: float, config: StreamConfig,
-                          k: int, *, evidence: Mapping[int, Sequence[int]] | None = None) -> list[int]:
+                          k: int, sources: Sequence[Source | None] | None = None, *,
+                          evidence: Mapping[int, Sequence[int]] | None = None) -> list[int]:
     """The profile one memory at a time in plain Python: the test oracle.
 
-    `memories` are (id, created, last_accessed, importance, embedding, text); `evidence` maps each reflection
-    of the stream to what it cites (grounding.py; None: none); returns the top k ids.
+    `memories` are (id, created, last_accessed, importance, embedding, text), `sources` where each came from
+    (None: nowhere known); `evidence` maps each reflection of the stream to what it cites (grounding.py; None:
+    none); returns the top k ids.
     """
     if not memories:
         return []
     rec = normalized([config.decay ** (max(now - m[1], 0.0) / 3600.0) for m in memories])
     imp = normalized([float(m[3]) for m in memories])
     cos = normalized([cosine(m[4], query) for m in memories])
-    lex = bm25_reference([m[5] for m in memories], query_text)
+    lex = bm25_reference([m[5] for m in memories], query_text, config.stemmer)
     top, share = max(lex), config.lexical_weight
     grounded = grounding_reference(evidence or {})
-    scored = []
-    for i, m in enumerate(memories):
+    rel0 = []
+    for i in range(len(memories)):
         relevance = (1.0 - share) * cos[i]
         if top > 0.0:
             relevance = relevance + share * (lex[i] / top)
+        rel0.append(relevance)
+    found = list(sources) if sources is not None else [None] * len(memories)
+    best = neighbour_best([m[0] for m in memories], [m[1] for m in memories],
+                          [None if s is None else channel_key(s) for s in found], rel0,
+                          config.neighbour_gap_minutes * 60.0, found)
+    authors = [None if s is None else author_key(s) for s in found]
+    people = {(key, s.author or "") for key, s in zip(authors, found, strict=True) if key is not None and s}
+    named_keys = named(query_text, people) if query_text else set()
+    when = bool(query_text) and asks_when(query_text)
+    scored = []
+    for i, m in enumerate(memories):
+        relevance = rel0[i] + config.neighbour_weight * best[i]
+        relevance = relevance + config.name_weight * (1.0 if authors[i] in named_keys else 0.0)
+        relevance = relevance + config.time_weight * (1.0 if when and holds_time(m[5]) else 0.0)
         score = config.weight_recency * rec[i] + config.weight_importance * imp[i] + config.weight_relevance * relevance
         if config.grounding_weight > 0:
             score = score - config.grounding_weight * (1.0 - grounded.get(m[0], 1.0))
@@ -133,6 +152,7 @@ def rank_hybrid(vectors: StreamVectors, query: npt.NDArray[np.float32], text: st
     q64 = query.astype(np.float64)
     q_norm = query_norm(q64)
     lexical = _lexical(vectors, text, config, compiled)
+    lever = levers(vectors, text, config)
     share, wl = config.lexical_weight, config.weight_relevance
     base, slack = _query_free(vectors, now, config)  # (shared: not to be written to)
     score: F64 | None = None
@@ -143,26 +163,66 @@ def rank_hybrid(vectors: StreamVectors, query: npt.NDArray[np.float32], text: st
             # up to a constant shared by every row (which cannot change the candidates)
             cos_scale = wl * (1.0 - share) / (high - low)
             # each of the cosine, the low and the high is off by at most `error`
-            slack += wl * (1.0 - share) * 4 * error / (high - low - 2 * error)
+            rel_error = (1.0 - share) * 4 * error / (high - low - 2 * error)
+            slack += wl * rel_error
             margin = 2 * error
             lex_scale = wl * share / lexical.top if lexical.top > 0.0 else 0.0
-            found = _compiled_candidates(cos, base, lexical.scores, cos_scale, lex_scale, 2 * (slack + 1e-12),
-                                         (low + margin, high - margin), k) if compiled else None
-            if found is not None:
-                return _exact(vectors, q64, q_norm, now, config, k, found, lexical)
+            added = None
+            if lever is not None:  # a neighbour's rel0 is off by as much as a row's own
+                slack += wl * lever.neighbour * rel_error
+                if not compiled:
+                    spread = (cos.astype(np.float64) - low) / (high - low)  # (float64: no rounding beyond the bound)
+                    added = _context(lever, _rel0(spread, share, lexical), wl)
+            if compiled:
+                keywords, scale = lexical.scores, lex_scale
+                if lever is not None:  # the keyword and context terms in one compiled pass
+                    keywords, scale = np.empty(vectors.n), 1.0
+                    kernels.loops()["context"](cos, low, high - low, share, lexical.scores,
+                                               1.0 / lexical.top if lexical.top > 0.0 else 0.0, lex_scale,
+                                               lever.prev, lever.next, lever.parent, lever.boost(), lever.neighbour,
+                                               wl, keywords)
+                found = _compiled_candidates(cos, base, keywords, cos_scale, scale, 2 * (slack + 1e-12),
+                                             (low + margin, high - margin), k)
+                if found is not None:
+                    return _exact(vectors, q64, q_norm, now, config, k, found, lexical, lever)
+            if compiled and lever is not None:  # (more candidates than the compiled pass keeps)
+                spread = (cos.astype(np.float64) - low) / (high - low)
+                added = _context(lever, _rel0(spread, share, lexical), wl)
             score = np.multiply(cos, cos_scale, dtype=np.float64)
             score += base
+            if added is not None:
+                score += added
             extremes = np.flatnonzero((cos <= low + margin) | (cos >= high - margin)).astype(np.int64)
         else:
             slack = math.inf
             extremes = np.arange(vectors.n, dtype=np.int64)
-    if score is None:
+    if score is None:  # every cosine is 0 (or none is trusted): every rel0 is exactly known (or slack is inf)
         score = base.copy()
+        if lever is not None and math.isfinite(slack):
+            score += _context(lever, _rel0(np.full(vectors.n, 0.5), share, lexical), wl)
     if lexical.top > 0.0:
         score += lexical.scores * (wl * share / lexical.top)
     rows = candidates(score, slack + 1e-12, k) if math.isfinite(slack) else np.arange(vectors.n, dtype=np.int64)
     found = Candidates(rows, np.zeros(0, np.int64) if extremes is None else extremes)
-    return _exact(vectors, q64, q_norm, now, config, k, found, lexical)
+    return _exact(vectors, q64, q_norm, now, config, k, found, lexical, lever)
+
+
+def _rel0(cos: npt.NDArray[np.floating[Any]], share: float, lexical: _Lexical, rows: I64 | None = None) -> F64:
+    """Relevance before the context terms, from min-max cosines, in the reference's operations."""
+    out: F64 = (1.0 - share) * cos.astype(np.float64, copy=False)
+    if lexical.top > 0.0:
+        out = out + share * ((lexical.scores if rows is None else lexical.scores[rows]) / lexical.top)
+    return out
+
+
+def _context(lever: Levers, rel0: F64, weight: float) -> F64:
+    """weight * (every row's relevance with its context terms - its rel0), for pass 1."""
+    added: F64 = lever.neighbour * lever.best(rel0) if lever.neighbour else np.zeros(rel0.size)
+    for boost in (lever.names, lever.times):
+        if boost is not None:
+            added += boost
+    added *= weight
+    return added
 
 
 def _compiled_candidates(cos: npt.NDArray[np.float32], base: F64, lexical: F64, cos_scale: float, lex_scale: float,
@@ -182,14 +242,15 @@ def _compiled_candidates(cos: npt.NDArray[np.float32], base: F64, lexical: F64, 
 
 
 def _exact(vectors: StreamVectors, query: F64, q_norm: float, now: float, config: StreamConfig, k: int,
-           found: Candidates, lexical: _Lexical) -> Ranked:
+           found: Candidates, lexical: _Lexical, lever: Levers | None = None) -> Ranked:
     """The candidates scored by the reference's operations, then sorted by its rule."""
     rows = found.rows
+    near = lever.neighbour_rows(rows) if lever is not None and lever.neighbour else np.zeros(0, np.int64)
     if q_norm == 0.0:  # every cosine is 0
-        cos, c_lo, c_hi = np.zeros(rows.size), 0.0, 0.0
+        cos, near_cos, c_lo, c_hi = np.zeros(rows.size), np.zeros(near.size), 0.0, 0.0
     else:
-        exact = exact_cosines(vectors, np.concatenate([rows, found.extremes]), query, q_norm)
-        cos = exact[: rows.size]
+        exact = exact_cosines(vectors, np.concatenate([rows, near, found.extremes]), query, q_norm)
+        cos, near_cos = exact[: rows.size], exact[rows.size: rows.size + near.size]
         c_lo, c_hi = float(exact.min()), float(exact.max())
     created = vectors.created
     decay = config.decay
@@ -199,9 +260,15 @@ def _exact(vectors: StreamVectors, query: F64, q_norm: float, now: float, config
     lim = vectors.limits()
     importance = scaled(vectors.importance[rows], lim["imp_min"], lim["imp_max"])
     share = config.lexical_weight
-    relevance = (1.0 - share) * scaled(cos, c_lo, c_hi)
-    if lexical.top > 0.0:
-        relevance = relevance + share * (lexical.scores[rows] / lexical.top)
+    relevance = _rel0(scaled(cos, c_lo, c_hi), share, lexical, rows)
+    if lever is not None:
+        best = np.zeros(rows.size)
+        if lever.neighbour:
+            near_rel = _rel0(scaled(near_cos, c_lo, c_hi), share, lexical, near)
+            for part, links in enumerate((lever.prev, lever.next, lever.parent)):
+                found_rel = near_rel[part * rows.size: (part + 1) * rows.size]
+                best = np.maximum(best, np.where(links[rows] >= 0, found_rel, 0.0))
+        relevance = lever.add(relevance, best, rows)
     score = (config.weight_recency * recency + config.weight_importance * importance
              + config.weight_relevance * relevance)
     grounding = _grounding(vectors, config)

@@ -13,7 +13,10 @@ Every memory gets a score, 0 when it shares no term with the query:
 
 over the live memories of the stream (N of them, average length avglen). A term in half the stream or more
 weighs 0 and is never read, and English stop words are not indexed, so common words cannot make a query slow.
-Words are lower-cased runs of letters and digits, with a light suffix stemmer (s, es, ed, ing).
+Words are lower-cased runs of letters and digits, reduced to their stem by the Snowball stemmer of the
+persona's language (StreamConfig.stemmer: English by default; "none" keeps whole words): "studies",
+"studied" and "studying" are one term. Another language gets its own Snowball stemmer and no stop-word
+list (its common words weigh little or nothing by the idf above).
 """
 
 from __future__ import annotations
@@ -29,13 +32,13 @@ import numpy as np
 from memstream.index import _kernels as kernels
 from memstream.store.arrays import F64, I64
 
-__all__ = ["K1", "B", "StreamTerms", "bm25_reference", "terms"]
+__all__ = ["K1", "B", "StreamTerms", "bm25_reference", "stems", "terms"]
 
 K1 = 1.2
 B = 0.75
 
 _WORD = re.compile(r"[^\W_]+")
-_SUFFIXES = ("ing", "ed", "es", "s")
+_MEMO_WORDS = 1_000_000  # per language: the words seen, each with its term (None: a stop word)
 _STOP_TEXT = """
 # noqa: SIM905 (a word list reads better as text) a about above after again against all am an and any are as
 at be been before being below between both but by can could did do does doing don down during each few for
@@ -48,22 +51,45 @@ your yours yourself yourselves m re ve ll d s
 STOP_WORDS = frozenset(_STOP_TEXT.split())
 
 
-def _stem(word: str) -> str:
-    for suffix in _SUFFIXES:
-        if len(word) > len(suffix) + 2 and word.endswith(suffix):
-            return word[: -len(suffix)]
-    return word
+class _Stems:
+    """One language's word -> term rule, with a memo (stemming a word costs ~25 us; a stream has few words)."""
+
+    def __init__(self, language: str) -> None:
+        self.stop = STOP_WORDS if language in ("english", "porter") else frozenset()
+        if language == "none":
+            self.stemmer = None
+        else:  # imported when a stream is first indexed, not by every command (its 36 languages cost 16 ms)
+            import snowballstemmer
+
+            self.stemmer = snowballstemmer.stemmer(language)
+        self.memo: dict[str, str | None] = {}
+
+    def term(self, word: str) -> str | None:
+        found = self.memo.get(word, "")
+        if found != "":
+            return found
+        if word.isdigit():  # a number has no stem (and numbers would fill the memo)
+            return word
+        term = None if word in self.stop else word if self.stemmer is None else self.stemmer.stemWord(word)
+        if len(self.memo) < _MEMO_WORDS:
+            self.memo[word] = term
+        return term
 
 
-def terms(text: str, _cache: dict[str, str | None] = {}) -> list[str]:  # noqa: B006 (a shared memo)
+def stems(language: str, _made: dict[str, _Stems] = {}) -> _Stems:  # noqa: B006 (one per language)
+    """The word -> term rule of a language ("english", another Snowball language, or "none")."""
+    found = _made.get(language)
+    if found is None:
+        found = _made[language] = _Stems(language)
+    return found
+
+
+def terms(text: str, language: str = "english") -> list[str]:
     """The indexed terms of a text, in order (stop words left out)."""
+    rule = stems(language)
     out = []
     for word in _WORD.findall(text.lower()):
-        term = _cache.get(word, "")
-        if term == "":
-            term = None if word in STOP_WORDS else _stem(word)
-            if len(_cache) < 1_000_000:
-                _cache[word] = term
+        term = rule.term(word)
         if term is not None:
             out.append(term)
     return out
@@ -73,14 +99,14 @@ def _idf(live: int, df: int) -> float:
     return max(0.0, math.log((live - df + 0.5) / (df + 0.5)))
 
 
-def bm25_reference(documents: Sequence[str], query: str) -> list[float]:
+def bm25_reference(documents: Sequence[str], query: str, language: str = "english") -> list[float]:
     """The definition above, one document at a time in plain Python: the test oracle."""
-    docs = [Counter(terms(d)) for d in documents]
+    docs = [Counter(terms(d, language)) for d in documents]
     lengths = [sum(d.values()) for d in docs]
     n = len(docs)
     avg = sum(lengths) / n if n else 0.0
     scores = [0.0] * n
-    for term in sorted(set(terms(query))):
+    for term in sorted(set(terms(query, language))):
         df = sum(1 for d in docs if term in d)
         idf = _idf(n, df)
         if idf <= 0.0:
@@ -99,7 +125,8 @@ class StreamTerms:
     removed). A slot's distinct terms are kept so that a removal lowers the document frequencies at once.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, language: str = "english") -> None:
+        self.language = language
         self._vocab: dict[str, int] = {}
         self._slots: list[array[int]] = []  # per term: document slots
         self._tfs: list[array[int]] = []  # per term: occurrences in that document
@@ -167,7 +194,7 @@ class StreamTerms:
             self._slot_row[slot] = target
 
     def _add(self, row: int, text: str) -> None:
-        counts = Counter(terms(text))
+        counts = Counter(terms(text, self.language))
         slot = self._used
         if slot >= len(self._slot_row):
             self._slot_row = _grown(self._slot_row, slot + 1)
@@ -209,7 +236,7 @@ class StreamTerms:
             return out
         avg = self.live_length / self.live
         # Terms in sorted order, as the reference adds them: within one term, a row appears once.
-        for term in sorted(set(terms(query))):
+        for term in sorted(set(terms(query, self.language))):
             tid = self._vocab.get(term)
             if tid is None or self._df[tid] == 0:
                 continue

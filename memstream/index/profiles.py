@@ -7,6 +7,8 @@ importance and cosine relevance, each min-max normalized over the whole stream, 
 months"). Each part is normalized over the whole stream as in `spec`, but:
 
     relevance  = (1 - L) * minmax(cosine) + L * bm25 / max(bm25)    L = lexical_weight (0.4); bm25: lexical.py
+                 + the context terms (levers.py): 0.4 x the best relevance of its channel neighbours within an
+                 hour, 0.2 if a person the query names wrote it, 0.2 if the query asks "when" and it holds a time
     recency    = minmax(decay ** hours since *creation*)              being retrieved wins a memory nothing
     importance = minmax(importance)
     score      = 0.05 * recency + 0.2 * importance + 1 * relevance - G * (1 - grounding)    G = grounding_weight (0.5)
@@ -32,11 +34,12 @@ import numpy.typing as npt
 from memstream.config import BASELINES, PROFILE_NAMES, StreamConfig
 from memstream.store.arrays import F64
 
-__all__ = ["BASELINES", "PROFILES", "configured", "min_max", "score_parts", "uses_grounding", "uses_lexical"]
+__all__ = ["BASELINES", "PROFILES", "configured", "min_max", "score_parts", "uses_context", "uses_grounding",
+           "uses_lexical"]
 
 PROFILES = PROFILE_NAMES
 _SCORING = ("profile", "weight_recency", "weight_importance", "weight_relevance", "recency_from", "lexical_weight",
-            "grounding_weight")
+            "grounding_weight", "neighbour_weight", "neighbour_gap_minutes", "name_weight", "time_weight")
 
 
 def configured(config: StreamConfig, profile: str) -> StreamConfig:
@@ -58,6 +61,12 @@ def uses_grounding(config: StreamConfig) -> bool:
 def uses_lexical(config: StreamConfig) -> bool:
     """Whether scoring needs the lexical index."""
     return config.profile == "hybrid" and config.lexical_weight > 0 and config.weight_relevance > 0
+
+
+def uses_context(config: StreamConfig) -> bool:
+    """Whether scoring needs each stream's context (context.py: authors, neighbours, time words)."""
+    return config.profile == "hybrid" and config.weight_relevance > 0 and (
+        config.neighbour_weight > 0 or config.name_weight > 0 or config.time_weight > 0)
 
 
 def min_max(values: F64) -> F64:

@@ -10,8 +10,9 @@ import math
 from collections.abc import Sequence
 
 from memstream.config import StreamConfig
+from memstream.records import Source
 
-__all__ = ["cosine", "normalized", "rank_reference"]
+__all__ = ["cosine", "neighbour_best", "normalized", "rank_reference"]
 
 
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:
@@ -52,3 +53,27 @@ def rank_reference(memories: Sequence[tuple[int, float, float, float, Sequence[f
         scored.append((-score, -m[1], -m[0]))
     scored.sort()
     return [-s[2] for s in scored[:k]]
+
+
+def neighbour_best(ids: Sequence[int], created: Sequence[float], channels: Sequence[str | None],
+                   relevance: Sequence[float], gap: float,
+                   sources: Sequence[Source | None] = ()) -> list[float]:
+    """For each memory, the best relevance of its neighbours (0.0 if none): the memories just before and after
+    it in its channel (ordered by creation, then id) said within `gap` seconds of it, and the message it replies
+    to (`sources`' reply_to, found by message id among these memories)."""
+    by_channel: dict[str, list[int]] = {}
+    for i, channel in enumerate(channels):
+        if channel is not None:
+            by_channel.setdefault(channel, []).append(i)
+    best = [0.0] * len(ids)
+    for members in by_channel.values():
+        members.sort(key=lambda i: (created[i], ids[i]))
+        for at, i in enumerate(members):
+            for j in members[max(at - 1, 0):at] + members[at + 1:at + 2]:
+                if abs(created[i] - created[j]) <= gap:
+                    best[i] = max(best[i], relevance[j])
+    by_message = {s.message_id: i for i, s in enumerate(sources) if s is not None and s.message_id}
+    for i, s in enumerate(sources):
+        if s is not None and s.reply_to and s.reply_to != s.message_id and s.reply_to in by_message:
+            best[i] = max(best[i], relevance[by_message[s.reply_to]])
+    return best

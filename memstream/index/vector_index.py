@@ -16,6 +16,7 @@ from memstream.index import _kernels as kernels
 from memstream.index import _pages as pages
 from memstream.index.grounding import Grounding
 from memstream.index.vectors import SCREEN_BYTES, StreamVectors
+from memstream.records import Source
 from memstream.store import Store
 from memstream.store.events import (
     EvidenceSaved,
@@ -47,10 +48,12 @@ class VectorIndex:
     """
 
     def __init__(self, store: Store, *, lexical: bool = False, grounding: bool = False,
-                 screen_bytes: int = SCREEN_BYTES) -> None:
+                 screen_bytes: int = SCREEN_BYTES, language: str = "english", context: bool = False) -> None:
         self.store = store
         self.lexical = lexical  # keep a lexical index of each stream beside its matrix
+        self.language = language  # its stemmer (lexical.py)
         self.grounding = grounding  # and each reflection's grounding (grounding.py)
+        self.context = context  # and each stream's authors, neighbours and time words (context.py)
         self.screen_bytes = screen_bytes  # for each stream's screen (StreamVectors.screen)
         self._streams: dict[str, StreamVectors] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -84,16 +87,21 @@ class VectorIndex:
     async def _load(self, stream: str) -> StreamVectors:
         generation = self._generation.get(stream, 0)
         try:
-            arrays = await self.store.load_stream(stream, texts=self.lexical)
+            arrays = await self.store.load_stream(stream, texts=self.lexical or self.context)
             # After the rows: every reflection they hold committed its evidence in its own transaction, so this
             # later read has it (one saved in between is in both, or comes as an event, journaled below).
             evidence = await self.store.evidence_links(stream) if self.grounding else None
             vectors = await asyncio.to_thread(StreamVectors, arrays, copy=False, screen_bytes=self.screen_bytes)
             pages.collapse_in_background(vectors)
             if self.lexical:
-                await asyncio.to_thread(vectors.index_texts, arrays.ids.tolist(), arrays.texts or [])
+                await asyncio.to_thread(vectors.index_texts, arrays.ids.tolist(), arrays.texts or [],
+                                        self.language)
             if evidence is not None:
                 vectors.grounding = Grounding(evidence)
+            if self.context:
+                context = await asyncio.to_thread(vectors.index_context, arrays.ids.tolist(), arrays.texts or [])
+                asked = arrays.ids.tolist()
+                context.set_sources(await self.store.sources(stream), asked)
             for op in self._journals.get(stream, []):
                 op(vectors)
             if self._generation.get(stream, 0) == generation:
@@ -110,9 +118,12 @@ class VectorIndex:
         (id: time) this task wrote but has not committed yet (a reflection's own retrievals), seen inside the
         block only."""
         vectors = await self.get(stream)
+        sources = await self._sources(stream, vectors)
         async with self._lock(stream):
             self._flush(stream)
             current = self._streams.get(stream, vectors)
+            if sources is not None and current.context is not None:
+                current.context.set_sources(*sources)
             undo = current.overlay(uncommitted) if uncommitted else None
             try:
                 yield current
@@ -123,6 +134,13 @@ class VectorIndex:
                 if current.n >= _WARM_ROWS:
                     # After the first query, not before it: loading the loops holds the GIL for a while.
                     kernels.warm(background=True)
+
+    async def _sources(self, stream: str, vectors: StreamVectors) -> tuple[dict[int, Source], list[int]] | None:
+        """The sources of the rows that came after the load, read from the store (None: there are none)."""
+        if vectors.context is None:
+            return None
+        asked = vectors.context.unknown()
+        return (await self.store.sources(stream, asked), asked) if asked else None
 
     def loaded(self, stream: str) -> StreamVectors | None:
         """The matrix if loaded."""

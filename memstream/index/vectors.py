@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from memstream.index import _kernels as kernels
 from memstream.index import _pages as pages
+from memstream.index.context import StreamContext
 from memstream.index.grounding import Grounding
 from memstream.index.lexical import StreamTerms
 from memstream.index.screen import Screen
@@ -53,6 +54,7 @@ class StreamVectors:
         self._screen: Screen | None = None
         self.terms: StreamTerms | None = None  # the lexical index, when the profile uses one (index_texts)
         self.grounding: Grounding | None = None  # each reflection's grounding, when the profile uses it
+        self.context: StreamContext | None = None  # authors, neighbours, time words (index_context)
         self._yc: tuple[float, F64, float] | None = None
         self._memo: dict[object, F64] = {}
         self.dim = 0
@@ -180,13 +182,24 @@ class StreamVectors:
 
     # -- writing -----------------------------------------------------------------------------------
 
-    def index_texts(self, ids: Sequence[int], texts: Sequence[str]) -> None:
-        """Start the lexical index from the texts of every row's memory (given by id, in any order)."""
+    def index_texts(self, ids: Sequence[int], texts: Sequence[str], language: str = "english") -> None:
+        """Start the lexical index from the texts of every row's memory (given by id, in any order), its words
+        stemmed by `language`'s Snowball stemmer (lexical.py)."""
         by_id = dict(zip([int(i) for i in ids], texts, strict=True))
-        terms = StreamTerms()
+        terms = StreamTerms(language)
         for row, memory_id in enumerate(self.ids.tolist()):
             terms.add(row, [by_id.get(memory_id, "")])
         self.terms = terms
+
+    def index_context(self, ids: Sequence[int], texts: Sequence[str]) -> StreamContext:
+        """Start the context (context.py) from the texts of every row's memory (given by id, in any order); the
+        sources follow (StreamContext.set_sources)."""
+        by_id = dict(zip([int(i) for i in ids], texts, strict=True))
+        context = StreamContext()
+        rows = self.ids.tolist()
+        context.add(0, rows, self.created.tolist(), [by_id.get(memory_id, "") for memory_id in rows])
+        self.context = context
+        return context
 
     def memo(self, key: object, make: Callable[[], F64]) -> F64:
         """A per-row array computed from the rows' creation times and importance only (kept until rows are
@@ -239,10 +252,12 @@ class StreamVectors:
             self._set_y(np.arange(start, end))
         self._yc = None
         self._memo.clear()
-        if self.terms is not None:
-            if texts is None:
-                raise ValueError("this stream has a lexical index: rows need their texts")
+        if (self.terms is not None or self.context is not None) and texts is None:
+            raise ValueError("this stream has a lexical index: rows need their texts")
+        if self.terms is not None and texts is not None:
             self.terms.add(start, texts)
+        if self.context is not None and texts is not None:
+            self.context.add(start, [int(i) for i in ids], np.asarray(created, np.float64).reshape(-1).tolist(), texts)
 
     def touch(self, ids: Sequence[int], at: float, rows: Sequence[int] | None = None) -> None:
         """Set last access of these memories (`rows`, if given, is a hint for where they are)."""
@@ -286,10 +301,12 @@ class StreamVectors:
         self._write_rows(row, vector)
         self._inv[row] = inverse_norms(vector)[0]
         self._odd += self._count_odd(self._inv[row:row + 1])
-        if self.terms is not None:
-            if text is None:
-                raise ValueError("this stream has a lexical index: an edit needs the new text")
+        if (self.terms is not None or self.context is not None) and text is None:
+            raise ValueError("this stream has a lexical index: an edit needs the new text")
+        if self.terms is not None and text is not None:
             self.terms.replace(row, text)
+        if self.context is not None and text is not None:
+            self.context.retext(row, text)
 
     def remove(self, ids: Sequence[int]) -> None:
         """Drop rows: each hole is filled with the last row, so a removal costs O(rows removed)."""
@@ -305,6 +322,10 @@ class StreamVectors:
                 self.terms.remove(row)
                 if row != last:
                     self.terms.move(last, row)
+            if self.context is not None:
+                self.context.remove(row, int(self._ids[row]))
+                if row != last:
+                    self.context.move(last, row, int(self._ids[last]))
             if row != last:
                 self._write_rows(row, self.gather([last]))
                 for column in (self._ids, self._imp, self._last, self._created, self._inv):

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memstream.clock import Clock
-from memstream.records import Counts, EvidenceNode, Memory, PendingState, ReplyTrace, RoleUsage, StreamState
+from memstream.records import Counts, EvidenceNode, Memory, PendingState, ReplyTrace, RoleUsage, Source, StreamState
 from memstream.store.events import StoreListener
 from memstream.store.records import NewMemory, NewTrace, StreamArrays, UsageRow
 from memstream.store.tables import Table
@@ -155,6 +155,11 @@ class StoreInterface(Protocol):
 
     async def by_author(self, stream: str, author_id: str) -> list[int]:
         """Ids of the observations made from one author's messages in a stream."""
+        ...
+
+    async def sources(self, stream: str, ids: Sequence[int] | None = None) -> dict[int, Source]:
+        """Where these memories of `stream` came from (author, channel, message), by id (missing ones are left
+        out); without `ids`, every ready memory's. What retrieval knows of who wrote what, and where."""
         ...
 
     async def author_memories(self, author_id: str, *, stream: str | None = None) -> list[Memory]:

@@ -17,7 +17,7 @@ __all__ = ["MEMORY_COLUMNS", "STATE_COLUMNS", "TRACE_COLUMNS", "TRACE_FIELDS", "
 
 # The columns of memories that memory_from_row reads, in its order.
 MEMORY_COLUMNS = ("id, stream, kind, text, created_at, last_accessed_at, importance, importance_source, depth, "
-                  "author, author_id, channel, channel_id, message_id, status, number")
+                  "author, author_id, channel, channel_id, message_id, status, number, reply_to")
 
 # The columns of reply_traces that trace_to_row gives values for, in its order.
 TRACE_FIELDS = ("stream, created_at, query, reply_memory_id, items, query_memory_id, query_message_id, "
@@ -36,7 +36,7 @@ def memory_from_row(row: Sequence[Any]) -> Memory:
         created_at=from_timestamp(row[4]), last_accessed_at=from_timestamp(row[5]),
         importance=row[6], importance_source=row[7], depth=row[8],
         source=Source(author=row[9], author_id=row[10], channel=row[11], channel_id=row[12],
-                      message_id=row[13]),
+                      message_id=row[13], reply_to=row[16]),
         status=row[14], number=row[15],
     )
 

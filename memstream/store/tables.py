@@ -21,7 +21,8 @@ class Table:
 TABLES = (
     Table("memories", ("id", "stream", "kind", "text", "created_at", "last_accessed_at", "importance",
                        "importance_source", "depth", "author", "author_id", "channel", "channel_id", "message_id",
-                       "status", "attempts", "embedding", "next_attempt_at", "number"), ("id",), sequence=True),
+                       "status", "attempts", "embedding", "next_attempt_at", "number", "reply_to"), ("id",),
+          sequence=True),
     Table("evidence", ("reflection_id", "memory_id", "position"), ("reflection_id", "memory_id")),
     Table("reply_traces", ("id", "stream", "created_at", "query", "reply_memory_id", "message_id", "items",
                            "query_message_id", "query_author_id", "query_memory_id"), ("id",), sequence=True),

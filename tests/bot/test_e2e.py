@@ -239,3 +239,14 @@ async def _value(items: list[str]) -> bool:
 
 async def _none(result: object) -> bool:
     return await result is None  # type: ignore[misc]
+
+
+async def test_a_reply_is_stored_with_the_message_it_answers(world: World) -> None:
+    """Discord's message.reference becomes the observation's reply_to: retrieval reads the reply with it."""
+    asked = await world.say(world.town, world.general, world.klaus, "Who brings the cake on Friday?")
+    answer = await world.say(world.town, world.general, world.maria, "I do!",
+                             reference_message_id=int(str(asked["id"])))
+    plain = await world.say(world.town, world.general, world.maria, "see you there")
+    replies = {m.text: m.source.reply_to for m in await world.memory.recent(world.stream(world.town), 10)}
+    assert replies["Maria in #general: I do!"] == str(asked["id"]) != str(answer["id"])
+    assert replies["Maria in #general: see you there"] is None and plain["id"]

@@ -220,3 +220,10 @@ def test_a_relative_database_is_the_same_file_from_any_folder(tmp_path: Path,
     bare = folder / "maria.toml"
     bare.write_text('[persona]\nname = "M"\nsummary = "S"\n', encoding="utf-8")
     assert load_persona(bare, environ={}).database == folder / "maria.db"
+
+
+def test_the_stemmer_languages_are_snowballs() -> None:
+    import snowballstemmer
+
+    from memstream.config import STEMMER_LANGUAGES
+    assert set(STEMMER_LANGUAGES) == {*snowballstemmer.algorithms(), "none"}

@@ -10,7 +10,7 @@ import numpy.typing as npt
 from psycopg.errors import DeadlockDetected
 
 from memstream.errors import MemoryNotFound, StoreError
-from memstream.records import Memory
+from memstream.records import Memory, Source
 from memstream.store.chunks import chunks
 from memstream.store.events import (
     MemoriesRemoved,
@@ -33,12 +33,13 @@ __all__ = ["CLAIM_SECONDS", "Rows"]
 # and lets it go: count_attempt).
 CLAIM_SECONDS = 300.0
 _DEADLOCK_TRIES = 5
+_SOURCES = "SELECT id, author, author_id, channel, channel_id, message_id, reply_to FROM memories WHERE stream = "
 _ARRAY = 5000  # ids a query passes as one array parameter (no limit of bound parameters to keep under)
 _NOW = "extract(epoch FROM clock_timestamp())"
 _INSERT = ("INSERT INTO memories (stream, kind, text, created_at, last_accessed_at, importance, importance_source, "
-           "depth, author, author_id, channel, channel_id, message_id, status, embedding, claimed_until, claimed_by) "
-           f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
-           f"CASE WHEN %s THEN {_NOW} + {CLAIM_SECONDS} END, %s) RETURNING id")
+           "depth, author, author_id, channel, channel_id, message_id, status, embedding, claimed_until, claimed_by, "
+           f"reply_to) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+           f"CASE WHEN %s THEN {_NOW} + {CLAIM_SECONDS} END, %s, %s) RETURNING id")
 # Claimable: not claimed, its claim ran out, or its owner is gone.
 _FREE = (f"(claimed_until IS NULL OR claimed_until <= {_NOW} OR (claimed_by IS NOT NULL AND claimed_by NOT IN "
          f"(SELECT owner FROM live)))")
@@ -55,7 +56,8 @@ def _insert_row(m: NewMemory, owner: int | None) -> tuple[Any, ...]:
     ready = _ready(m)
     return (m.stream, m.kind, m.text, m.created_at, m.created_at, m.importance, m.importance_source, m.depth,
             m.source.author, m.source.author_id, m.source.channel, m.source.channel_id, m.source.message_id,
-            "ready" if ready else "pending", _vector(m.embedding), not ready, None if ready else owner)
+            "ready" if ready else "pending", _vector(m.embedding), not ready, None if ready else owner,
+            m.source.reply_to)
 
 
 def _vector(embedding: npt.NDArray[np.float32] | None) -> npt.NDArray[np.float32] | None:
@@ -381,6 +383,17 @@ class Rows(Counters):
         rows = await self._rows("SELECT id FROM memories WHERE stream = %s AND author_id = %s AND "
                                 "kind = 'observation' ORDER BY id", (stream, author_id))
         return [int(row[0]) for row in rows]
+
+    async def sources(self, stream: str, ids: Sequence[int] | None = None) -> dict[int, Source]:
+        """Where these memories of `stream` came from, by id; without `ids`, every ready memory's."""
+        if ids is None:
+            rows = await self._rows(f"{_SOURCES}%s AND status = 'ready'", (stream,))
+            return {int(row[0]): Source(*row[1:]) for row in rows}
+        found: dict[int, Source] = {}
+        for chunk in chunks((int(i) for i in ids), _ARRAY):
+            rows = await self._rows(f"{_SOURCES}%s AND id = ANY(%s)", (stream, chunk))
+            found.update((int(row[0]), Source(*row[1:])) for row in rows)
+        return found
 
     async def author_memories(self, author_id: str, *, stream: str | None = None) -> list[Memory]:
         """The observations made from one author's messages, oldest first: in one stream, or in every one."""

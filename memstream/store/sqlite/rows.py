@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memstream.errors import MemoryNotFound
-from memstream.records import Memory
+from memstream.records import Memory, Source
 from memstream.store.chunks import CHUNK, chunks
 from memstream.store.events import (
     MemoriesRemoved,
@@ -34,8 +34,10 @@ from memstream.store.sqlite.counters import DAILY_USAGE, USAGE, Counters
 __all__ = ["Rows", "to_blob"]
 
 _INSERT = ("INSERT INTO memories (stream, kind, text, created_at, last_accessed_at, importance, importance_source, "
-           "depth, author, author_id, channel, channel_id, message_id, status, embedding) "
-           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+           "depth, author, author_id, channel, channel_id, message_id, status, embedding, reply_to) "
+           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+
+_SOURCES = "SELECT id, author, author_id, channel, channel_id, message_id, reply_to FROM memories WHERE stream = "
 
 # A touch: last access becomes the retrieval's time, never before the memory was made (a clock set back, as by
 # `--at` under the spec profile, must not put it there); what was written is announced, as written.
@@ -47,7 +49,7 @@ def _insert_row(m: NewMemory) -> tuple[Any, ...]:
     ready = m.importance is not None and m.embedding is not None
     return (m.stream, m.kind, m.text, m.created_at, m.created_at, m.importance, m.importance_source, m.depth,
             m.source.author, m.source.author_id, m.source.channel, m.source.channel_id, m.source.message_id,
-            "ready" if ready else "pending", None if m.embedding is None else to_blob(m.embedding))
+            "ready" if ready else "pending", None if m.embedding is None else to_blob(m.embedding), m.source.reply_to)
 
 
 def to_blob(vector: npt.NDArray[np.float32]) -> bytes:
@@ -416,6 +418,18 @@ class Rows(Counters):
             (stream, author_id),
         ) as cur:
             return [row[0] for row in await cur.fetchall()]
+
+    async def sources(self, stream: str, ids: Sequence[int] | None = None) -> dict[int, Source]:
+        """Where these memories of `stream` came from, by id; without `ids`, every ready memory's."""
+        if ids is None:
+            rows = await self.conn.execute_fetchall(f"{_SOURCES}? AND status = 'ready'", (stream,))
+            return {int(row[0]): Source(*row[1:]) for row in rows}
+        found: dict[int, Source] = {}
+        for chunk in chunks(ids):
+            rows = await self.conn.execute_fetchall(f"{_SOURCES}? AND id IN ({','.join('?' * len(chunk))})",
+                                                    (stream, *chunk))
+            found.update((int(row[0]), Source(*row[1:])) for row in rows)
+        return found
 
     async def author_memories(self, author_id: str, *, stream: str | None = None) -> list[Memory]:
         """The observations made from one author's messages, oldest first: in one stream, or in every one."""

@@ -9,6 +9,7 @@ import pytest
 
 from memstream import ConfigError, StreamConfig
 from memstream.data.evaluate import CachedChat, CachedEmbedder, ModelCache, evaluate, read_eval
+from memstream.records import Source
 from memstream.testing import FakeEmbedder, ScriptedChat
 from tests.memstream.helpers import cosine_vector, e0
 
@@ -104,3 +105,15 @@ async def test_touch_marks_the_persona_k_whatever_cut_offs_are_reported(tmp_path
     alone, with_ten = await run((2,)), await run((2, 10))
     assert alone["hit@2"] == 1.0  # the persona's own k touched only A and B
     assert with_ten["hit@2"] == alone["hit@2"] and with_ten["recall@2"] == alone["recall@2"]
+
+
+def test_an_observation_carries_its_source_as_the_import_reads_it(tmp_path: Path) -> None:
+    line = {**_observation("a", "Bob said: hi", "2023-01-01T00:00:00Z"), "author": "Bob", "author_id": "42",
+            "channel": "general", "channel_id": "7"}
+    bare = {**_observation("b", "no source", "2023-01-01T00:01:00Z"), "reply_to": "a"}
+    [first, second] = read_eval(_write(tmp_path / "eval.jsonl", [line, bare]))
+    assert first.source == Source(author="Bob", author_id="42", channel="general", channel_id="7", message_id="eval:a")
+    assert second.source == Source(message_id="eval:b", reply_to="eval:a")  # a key of the file, as a message id
+    wrong = {**_observation("c", "x", "2023-01-01T00:00:00Z"), "author_id": 42}
+    with pytest.raises(ConfigError, match=r'bad\.jsonl:1: "author_id" must be a string'):
+        read_eval(_write(tmp_path / "bad.jsonl", [wrong]))

@@ -48,6 +48,20 @@ def test_a_discordchatexporter_export_keeps_authors_times_and_ids(tmp_path: Path
     assert len(read_history(path, include_bots=True).observations) == 4
 
 
+def test_a_reply_keeps_the_message_it_answers(tmp_path: Path) -> None:
+    path = tmp_path / "general.json"
+    path.write_text(json.dumps(_export([
+        _message(0, "who brings the cake?"),
+        _message(1, "I do", author="Maria", kind="Reply", reference={"messageId": "1000", "channelId": "222"}),
+        _message(2, "and I the tea", author="Sam", reference={"messageId": "1000"}),  # not a reply: a forward
+    ])))
+    parents = [o.source.reply_to for o in read_history(path).observations]
+    assert parents == [None, "1000", None]
+    line = tmp_path / "lines.jsonl"
+    line.write_text(json.dumps({"text": "yes", "at": "2023-01-01T00:00:00Z", "message_id": "2", "reply_to": "1"}))
+    assert read_history(line).observations[0].source.reply_to == "1"
+
+
 def test_a_dm_export_needs_a_stream(tmp_path: Path) -> None:
     path = tmp_path / "dm.json"
     path.write_text(json.dumps(_export([_message(0, "hi")], guild="0", channel_type="DirectTextChat")))
