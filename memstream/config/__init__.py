@@ -18,5 +18,5 @@ from memstream.config.persona import (
 )
 
 __all__ = ["BASELINES", "BUDGET_ROLES", "MASK", "PERSONA_MAX_BYTES", "PROFILE_NAMES", "STEMMER_LANGUAGES",
-           "BudgetConfig", "DiscordConfig", "ModelConfig", "PersonaConfig", "RoleLimit", "StreamConfig", "check_base_url",
-           "is_database_url", "load_persona", "redact", "redact_text", "show_database", "url_problem"]
+           "BudgetConfig", "DiscordConfig", "ModelConfig", "PersonaConfig", "RoleLimit", "StreamConfig",
+           "check_base_url", "is_database_url", "load_persona", "redact", "redact_text", "show_database", "url_problem"]
