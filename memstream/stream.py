@@ -64,7 +64,8 @@ class MemoryStream:
         self.tz = tz or ZoneInfo("UTC")
         self.models = Models(store, embedder, rater=rater, reflector=reflector, agent=agent)
         self.index = VectorIndex(store, lexical=uses_lexical(self.config), grounding=uses_grounding(self.config),
-                                 screen_bytes=self.config.screen_mb << 20)
+                                 screen_bytes=self.config.screen_mb << 20,
+                                 resident_bytes=self.config.resident_mb << 20)
         self.retriever = Retriever(store, self.index, self.models, self.config, self.clock)
         self.rater = Rater(self.models, agent_name=name, faults=store)
         self.ingest = Ingest(store, self.models, self.rater, self.config, self.clock)
