@@ -116,6 +116,7 @@ class VectorIndex:
         with self.resident.pinned(stream):
             async with self._locked(stream, uncommitted) as vectors:
                 yield vectors
+        self._account(stream, vectors)  # what the query built counts too (its screen, its caches)
 
     @contextlib.asynccontextmanager
     async def _locked(self, stream: str, uncommitted: Mapping[int, float] | None) -> AsyncIterator[StreamVectors]:
