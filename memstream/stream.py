@@ -425,7 +425,7 @@ class MemoryStream:
                      usage=await store.usage(stream), faults=await store.faults(stream),
                      retries=await store.retries(stream), reflection_threshold=self.config.reflection_threshold,
                      state=None if stream is None else await store.state(stream),
-                     rater=await self.rater_check(stream))
+                     rater=await self.rater_check(stream), resident=self.index.resident.stats())
 
     async def rater_check(self, stream: str | None = None) -> RaterCheck | None:
         """The rater's latest ratings (of one stream, or of all) against the flat-rater rule

@@ -121,6 +121,8 @@ async def cmd_stats(memory: MemoryStream, args: argparse.Namespace) -> int:
                      f"{stats.reflection_threshold} (reflections run {state.reflections}, "
                      f"skipped {state.skipped_reflections})")
     lines += usage_lines(stats)
+    if stats.resident is not None:
+        lines.append(f"in memory in this process: {stats.resident.text()}")
     if stats.faults:
         lines.append(f"faults: {faults_text(stats.faults)}")
     alarm = rater_alarm(stats)

@@ -14,30 +14,19 @@ from __future__ import annotations
 import contextlib
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
-from typing import Any
 
-__all__ = ["RESIDENT_MB", "Resident", "ResidentStats"]
+from memstream.records import ResidentStats
+
+__all__ = ["RESIDENT_MB", "Resident", "bytes_per_memory"]
 
 # The default budget: 1 GiB holds about 400k memories of 384 dimensions (about 2.6 KB each with the screen and
 # the lexical index: README, Memory per process), 40 streams of 10k, on a host with 2 GiB for the bot.
 RESIDENT_MB = 1024
-
-
-@dataclass(frozen=True)
-class ResidentStats:
-    """What one process holds in memory: streams, bytes, the budget (0: none), drops and reloads so far."""
-
-    streams: int
-    bytes: int
-    budget: int
-    largest: int
-    drops: int
-    reloads: int
-
-    def to_json(self) -> dict[str, Any]:
-        """The figures as a JSON object."""
-        return asdict(self)
+# Per memory, beside its row and screen row: id, importance, last access, creation, recency proxy (8 B each), inverse
+# norm (4 B); and the lexical index's share (`python -m bench.resident`: 3,062 B per memory of 384 dimensions
+# in all, of which 714 lexical).
+_COLUMN_BYTES = 44
+_LEXICAL_BYTES = 720
 
 
 class Resident:
@@ -115,3 +104,10 @@ class Resident:
         """The figures of this process."""
         return ResidentStats(streams=len(self._sizes), bytes=self.total(), budget=self.budget,
                              largest=max(self._sizes.values(), default=0), drops=self.drops, reloads=self.reloads)
+
+
+def bytes_per_memory(dim: int, *, lexical: bool) -> int:
+    """About what one memory of `dim` dimensions costs a loaded stream (StreamVectors.nbytes): its float32 row,
+    its int16 screen row (a stream of 4k memories or more), its per-row columns, and with `lexical` its share
+    of the lexical index (measured on bench.data's chat-like texts: README, Memory per process)."""
+    return dim * 4 + dim * 2 + _COLUMN_BYTES + (_LEXICAL_BYTES if lexical else 0)
