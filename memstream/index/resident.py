@@ -37,6 +37,7 @@ class Resident:
             raise ValueError(f"a resident budget is a number of bytes >= 0, got {budget}")
         self.budget = budget  # bytes; 0: no budget (every stream stays once loaded)
         self._sizes: OrderedDict[str, int] = OrderedDict()
+        self._total = 0
         self._pins: Counter[str] = Counter()
         self._dropped: set[str] = set()  # dropped for the budget, not reloaded yet
         self.drops = 0
@@ -52,11 +53,12 @@ class Resident:
         if stream not in self._sizes and stream in self._dropped:
             self._dropped.discard(stream)
             self.reloads += 1
+        self._total += nbytes - self._sizes.get(stream, 0)
         self._sizes[stream] = nbytes
 
     def forget(self, stream: str) -> None:
         """A stream's matrix is gone (dropped for any reason)."""
-        self._sizes.pop(stream, None)
+        self._total -= self._sizes.pop(stream, 0)
 
     def evicted(self, stream: str) -> None:
         """A stream is about to be dropped for the budget (counted; its next load is a reload)."""
@@ -80,7 +82,7 @@ class Resident:
 
     def total(self) -> int:
         """Bytes held by every resident stream."""
-        return sum(self._sizes.values())
+        return self._total
 
     def over(self, keep: str, busy: Callable[[str], bool]) -> list[str]:
         """The streams to drop to bring the total within the budget: larger than the whole budget first, then
