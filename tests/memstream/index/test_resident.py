@@ -4,6 +4,7 @@ made meanwhile, here or in another process, included; deleted memories gone), an
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from pathlib import Path
 
@@ -196,6 +197,24 @@ async def test_a_stream_being_scored_is_never_dropped(store: Store, clock: FakeC
         _assert_within_budget(memory, ["guild:a", "guild:b"])
     finally:
         await memory.close()
+
+
+async def test_queries_of_many_streams_at_once_rank_as_a_fresh_index(database: Path | str,
+                                                                      clock: FakeClock) -> None:
+    store, other = await Store.open(database), await Store.open(database)
+    memory = _memory(store, clock, budget=1)  # every load drops the others not in use
+    streams = [f"guild:{i}" for i in range(6)]
+    try:
+        await _seed(memory, streams, each=5)
+        queries = [(s, f"cats {i}") for i, s in enumerate(streams)] * 3
+        expected = [await _reference(other, memory, s, q, 3) for s, q in queries]
+        found = await asyncio.gather(*(memory.explain(q, stream=s, k=3) for s, q in queries))
+        assert [[m.memory.id for m in f] for f in found] == expected
+        _assert_within_budget(memory, streams)
+        assert memory.index.resident.stats().streams == 1 and memory.index.resident.drops > 0
+    finally:
+        await memory.close()
+        await other.close()
 
 
 _OPS = st.lists(st.tuples(st.sampled_from(["observe", "retrieve", "retrieve", "explain", "explain", "forget",
