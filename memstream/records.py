@@ -12,9 +12,8 @@ from typing import Any, Literal
 from memstream.errors import MemoryNotFound
 
 __all__ = ["DEFAULT_STREAM", "ID_MAX", "Counts", "EvidenceNode", "ExplainedReply", "Memory", "Observation",
-           "PendingState", "RaterCheck", "ReplyTrace", "RoleBudget", "RoleUsage", "ScoredMemory", "Source", "Stats",
-           "StreamState",
-           "TraceItem", "storable_id"]
+           "PendingState", "RaterCheck", "ReplyTrace", "ResidentStats", "RoleBudget", "RoleUsage", "ScoredMemory",
+           "Source", "Stats", "StreamState", "TraceItem", "storable_id"]
 
 Kind = Literal["observation", "reflection"]
 DEFAULT_STREAM = "default"
@@ -230,6 +229,35 @@ class RoleBudget:
 
 
 @dataclass(frozen=True)
+class ResidentStats:
+    """What one process holds in memory (memstream.index.resident): streams, their bytes and the largest one's,
+    the budget (0: none), streams dropped for it and reloaded so far."""
+
+    streams: int
+    bytes: int
+    budget: int
+    largest: int
+    drops: int
+    reloads: int
+
+    def to_json(self) -> dict[str, Any]:
+        """The figures as a JSON object."""
+        return asdict(self)
+
+    def text(self) -> str:
+        """One line: what this process holds, against its budget."""
+        budget = f"of a {_mib(self.budget)} budget" if self.budget else "(no budget)"
+        return (f"{self.streams} stream(s), {_mib(self.bytes)} {budget} ([memory] resident_mb); "
+                f"{self.drops} dropped for it, {self.reloads} reloaded")
+
+
+def _mib(n: int) -> str:
+    if n % 2**20 == 0:
+        return f"{n >> 20} MiB"
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
+
+
+@dataclass(frozen=True)
 class Stats:
     """What MemoryStream.stats tells of one stream (with its reflection progress, `state`) or of all of them."""
 
@@ -242,6 +270,7 @@ class Stats:
     state: StreamState | None = None  # one stream's; None for the whole store
     rater: RaterCheck | None = None  # the flat-rater check of the same memories (None: switched off)
     budget: tuple[RoleBudget, ...] = ()  # the persona's spend today against its daily budget (every stream's)
+    resident: ResidentStats | None = None  # the streams this process holds in memory (all of them: not per stream)
 
     def to_json(self) -> dict[str, Any]:
         """The stats as JSON data (`memstream stats --json`): these keys, in this order."""
@@ -252,7 +281,8 @@ class Stats:
             "failed_attempts": pending.failed_attempts,
             "next_retry_at": None if pending.next_retry_at is None else pending.next_retry_at.isoformat(),
             "usage": {role: asdict(use) for role, use in self.usage.items()}, "faults": dict(self.faults),
-            "retries": dict(self.retries), "rater": None if self.rater is None else self.rater.to_json()}
+            "retries": dict(self.retries), "rater": None if self.rater is None else self.rater.to_json(),
+            "resident": None if self.resident is None else self.resident.to_json()}
         if self.budget:  # with a [budget] only: without one, the keys are as they were
             out["budget"] = [line.to_json() for line in self.budget]
         state = self.state

@@ -75,7 +75,7 @@ class MemoryStream:
         self.models = Models(store, embedder, rater=rater, reflector=reflector, agent=agent, budget=budget)
         self.index = VectorIndex(store, lexical=uses_lexical(self.config), grounding=uses_grounding(self.config),
                                  screen_bytes=self.config.screen_mb << 20, language=self.config.stemmer,
-                                 context=uses_context(self.config))
+                                 context=uses_context(self.config), resident_bytes=self.config.resident_mb << 20)
         self.retriever = Retriever(store, self.index, self.models, self.config, self.clock)
         self.rater = Rater(self.models, agent_name=name, faults=store)
         self.ingest = Ingest(store, self.models, self.rater, self.config, self.clock)
@@ -447,7 +447,8 @@ class MemoryStream:
                      usage=await store.usage(stream), faults=await store.faults(stream),
                      retries=await store.retries(stream), reflection_threshold=self.config.reflection_threshold,
                      state=None if stream is None else await store.state(stream),
-                     rater=await self.rater_check(stream), budget=await self.models.budget_lines())
+                     rater=await self.rater_check(stream), budget=await self.models.budget_lines(),
+                     resident=self.index.resident.stats())
 
     async def rater_check(self, stream: str | None = None) -> RaterCheck | None:
         """The rater's latest ratings (of one stream, or of all) against the flat-rater rule

@@ -123,6 +123,8 @@ async def cmd_stats(memory: MemoryStream, args: argparse.Namespace) -> int:
                      f"skipped {state.skipped_reflections})")
     lines += usage_lines(stats)
     lines += budget_lines(stats.budget)
+    if stats.resident is not None:
+        lines.append(f"in memory in this process: {stats.resident.text()}")
     if stats.faults:
         lines.append(f"faults: {faults_text(stats.faults)}")
     alarm = rater_alarm(stats)

@@ -91,6 +91,8 @@ class StreamConfig:
     name_weight: float = 0.2
     time_weight: float = 0.2
     screen_mb: int = 256  # memory for a stream's int16 screen (screen.py): pass 1 reads half the bytes; 0: none
+    # memory for every stream's matrices in one process (index/resident.py): least recently used dropped; 0: no bound
+    resident_mb: int = 1024  # (index/resident.py: RESIDENT_MB)
 
     @classmethod
     def for_profile(cls, profile: str, **changes: Any) -> StreamConfig:
@@ -125,7 +127,8 @@ class StreamConfig:
         if not isinstance(window, int) or isinstance(window, bool) or not (window == 0 or window >= 20):
             raise ConfigError(f"rater_alarm_window must be 0 (off) or a whole number >= 20, got {window!r}")
         for name, low in (("k", 1), ("reflection_threshold", 1), ("recent_for_questions", 1),
-                          ("min_citations", 1), ("max_concurrency", 1), ("embed_batch_size", 1), ("screen_mb", 0)):
+                          ("min_citations", 1), ("max_concurrency", 1), ("embed_batch_size", 1), ("screen_mb", 0),
+                          ("resident_mb", 0)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ConfigError(f"{name} must be a whole number >= {low}, got {value!r}")

@@ -1,6 +1,6 @@
 """`memstream doctor`: check a persona's whole set-up, one line per check (ok, warn or fail), in order: the
-persona file, SQLite extension loading, the database, the model server, the rater's recent ratings, the Discord
-bot."""
+persona file, SQLite extension loading, the database, the model server, the memory budget, the rater's recent
+ratings, the Discord bot."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 from memstream.config import PersonaConfig, load_persona, show_database
 from memstream.doctor.checks import Check, check_lines, checks_json
 from memstream.doctor.discord import check_discord
+from memstream.doctor.memory import check_resident, physical_memory
 from memstream.doctor.models import ModelProbe
 from memstream.doctor.ratings import check_ratings
 from memstream.doctor.store import check_database, check_database_url, check_dimensions, check_model, check_sqlite
@@ -60,6 +61,7 @@ async def run_doctor(persona_path: str | Path, *, db: Path | str | None = None,
         add(*await probe.checks())
     finally:
         await probe.close()
+    add(check_resident(persona.memory, state.dimensions or persona.models.embedding_dimensions, physical_memory()))
     ratings = await check_ratings(persona, state)
     if ratings is not None:
         add(ratings)

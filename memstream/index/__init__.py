@@ -7,6 +7,7 @@
     reference.py   rank_reference: the formula one memory at a time in plain Python, the test oracle
     profiles.py    the scoring profiles; grounding.py: how well each reflection rests on observations (hybrid)
     vector_index.py  VectorIndex: the loaded streams, kept in step by the store's events (the only writer)
+    resident.py    Resident: the process's budget for them (least recently used streams dropped, reloaded)
     vectors.py     StreamVectors: one stream's float32 matrix and columns; screen.py: its int16 copy
 
 Private numerics: _terms.py (pass 1's rules and the loops' bundles), _kernels.py (the compiled loops, loaded

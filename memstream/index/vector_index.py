@@ -15,6 +15,7 @@ import numpy as np
 from memstream.index import _kernels as kernels
 from memstream.index import _pages as pages
 from memstream.index.grounding import Grounding
+from memstream.index.resident import RESIDENT_MB, Resident
 from memstream.index.vectors import SCREEN_BYTES, StreamVectors
 from memstream.records import Source
 from memstream.store import Store
@@ -48,7 +49,8 @@ class VectorIndex:
     """
 
     def __init__(self, store: Store, *, lexical: bool = False, grounding: bool = False,
-                 screen_bytes: int = SCREEN_BYTES, language: str = "english", context: bool = False) -> None:
+                 screen_bytes: int = SCREEN_BYTES, language: str = "english", context: bool = False,
+                 resident_bytes: int = RESIDENT_MB << 20) -> None:
         self.store = store
         self.lexical = lexical  # keep a lexical index of each stream beside its matrix
         self.language = language  # its stemmer (lexical.py)
@@ -62,11 +64,14 @@ class VectorIndex:
         self._waiting: dict[str, list[Op]] = {}  # writes that came while the stream was being scored
         self._generation: dict[str, int] = {}
         self._hints: dict[str, dict[int, int]] = {}  # where the last winners were: id -> row
+        self.resident = Resident(resident_bytes)  # the budget: which streams stay loaded (resident.py)
         self._stop = store.listen(self)
 
     def close(self) -> None:
         """Stop listening to the store (the matrices are left to the garbage collector)."""
         self._stop()
+        for stream in list(self._streams):
+            self.resident.forget(stream)
         self._streams.clear()
 
     async def get(self, stream: str) -> StreamVectors:
@@ -76,6 +81,7 @@ class VectorIndex:
         await self.store.changed_elsewhere([*self._streams, *self._loading])  # (tracked from the first query on)
         found = self._streams.get(stream)
         if found is not None:
+            self.resident.touch(stream)
             return found
         task = self._loading.get(stream)
         if task is None:
@@ -106,6 +112,7 @@ class VectorIndex:
                 op(vectors)
             if self._generation.get(stream, 0) == generation:
                 self._streams[stream] = vectors
+                self._account(stream, vectors)
             return vectors
         finally:
             self._loading.pop(stream, None)
@@ -116,7 +123,14 @@ class VectorIndex:
                      uncommitted: Mapping[int, float] | None = None) -> AsyncIterator[StreamVectors]:
         """The matrix of a stream, with no write to it until the block ends. `uncommitted`: last accesses
         (id: time) this task wrote but has not committed yet (a reflection's own retrievals), seen inside the
-        block only."""
+        block only. The budget does not drop the stream from its load to the end of the block."""
+        with self.resident.pinned(stream):
+            async with self._locked(stream, uncommitted) as vectors:
+                yield vectors
+        self._account(stream, vectors)  # what the query built counts too (its screen, its caches)
+
+    @contextlib.asynccontextmanager
+    async def _locked(self, stream: str, uncommitted: Mapping[int, float] | None) -> AsyncIterator[StreamVectors]:
         vectors = await self.get(stream)
         sources = await self._sources(stream, vectors)
         async with self._lock(stream):
@@ -157,6 +171,23 @@ class VectorIndex:
         self._waiting.pop(stream, None)
         self._hints.pop(stream, None)
         self._generation[stream] = self._generation.get(stream, 0) + 1
+        self.resident.forget(stream)
+
+    # -- the resident budget (resident.py) ---------------------------------------------------------
+
+    def _account(self, stream: str, vectors: StreamVectors) -> None:
+        """A stream was loaded or written: note its size, and drop others while the total is over the budget
+        (never this one, nor one being scored, loaded or written)."""
+        if self._streams.get(stream) is not vectors:
+            return
+        self.resident.account(stream, vectors.nbytes())
+        for victim in self.resident.over(stream, self._busy):
+            self.resident.evicted(victim)
+            self.drop(victim)
+
+    def _busy(self, stream: str) -> bool:
+        lock = self._locks.get(stream)
+        return (lock is not None and lock.locked()) or stream in self._loading or self.resident.is_pinned(stream)
 
     # -- the listener ------------------------------------------------------------------------------
 
@@ -228,6 +259,8 @@ class VectorIndex:
         except Exception:  # the matrix may be half-written: the store has it right, reload from there
             log.exception("the in-memory index of stream %r could not apply a committed write; reloading it", stream)
             self.drop(stream)
+            return
+        self._account(stream, vectors)
 
     def _lock(self, stream: str) -> asyncio.Lock:
         return self._locks.setdefault(stream, asyncio.Lock())

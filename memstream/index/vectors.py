@@ -39,6 +39,8 @@ _REBASE_EXPONENT = 500.0
 # up to this many bytes of it (StreamConfig.screen_mb), beyond which pass 1 reads the float32 rows.
 SCREEN_ROWS = 4096
 SCREEN_BYTES = 256 << 20
+# A reflection's grounding in memory: one dict entry (key, float, slot).
+_GROUNDING_ITEM_BYTES = 120
 
 
 class StreamVectors:
@@ -166,6 +168,20 @@ class StreamVectors:
             self._limits = {"last_min": float(last.min()), "last_max": float(last.max()),
                             "imp_min": float(imp.min()), "imp_max": float(imp.max())}
         return self._limits
+
+    def nbytes(self) -> int:
+        """The memory this stream holds (the resident budget, resident.py): its filled rows, its screen, every
+        per-row array, its lexical index and grounding (those two estimated)."""
+        total = self.n * self.dim * 4
+        if self._screen is not None:
+            total += self._screen.n * (self.dim * 2 + 4)
+        arrays = [*vars(self).values(), *self._memo.values(), *(self._yc[1:2] if self._yc else ())]
+        total += sum(value.nbytes for value in arrays if isinstance(value, np.ndarray))
+        if self.terms is not None:
+            total += self.terms.nbytes()
+        if self.grounding is not None:
+            total += len(self.grounding.value) * _GROUNDING_ITEM_BYTES
+        return total
 
     def recency_proxy(self, decay: float) -> tuple[F64, float]:
         """(y, t0) with y = decay ** ((last_accessed - t0) / 3600) for every row.

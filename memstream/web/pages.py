@@ -213,6 +213,9 @@ class Site:
                   if data.faults else Safe(""))
         alarm = rater_alarm(data)
         warning = h('<p class="error">Warning: {0}.</p>', alarm) if alarm is not None else Safe("")
+        if data.resident is not None:  # (of every stream, whichever page: one process holds them)
+            warning = join([warning, h('<p class="meta resident">In memory in the dashboard process: {0}.</p>',
+                                       data.resident.text())])
         body = h('<h1>Stats{0}</h1>{1}{2}<h2>Importance</h2><p class="meta">Rated memories (observations and '
                  'reflections).</p>{9}{3}<h2>Model calls</h2>{4}{5}{10}<p class="legend">{6}</p>{7}{8}',
                  "" if stream is None else h(" of <code>{0}</code>", stream), counts, progress, histogram_svg(hist),

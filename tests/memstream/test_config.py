@@ -11,6 +11,7 @@ import pytest
 
 from memstream.config import ModelConfig, PersonaConfig, StreamConfig, load_persona
 from memstream.errors import ConfigError
+from memstream.index.resident import RESIDENT_MB
 
 REPO = Path(__file__).resolve().parents[2]
 MINIMAL = '[persona]\nname = "Maria Lopez"\nsummary = "A physics student."\n'
@@ -47,11 +48,18 @@ def test_stream_config_defaults_are_the_spec() -> None:
     ({"max_concurrency": 0}, "max_concurrency"),
     ({"embed_batch_size": 0}, "embed_batch_size"),
     ({"screen_mb": -1}, "screen_mb"),
+    ({"resident_mb": -1}, "resident_mb"),
+    ({"resident_mb": 1.5}, "resident_mb"),
 ])
 def test_stream_config_rejects_bad_values(options: dict[str, object], key: str) -> None:
     with pytest.raises(ConfigError, match=rf"^{key} must be") as info:
         StreamConfig(**options)  # type: ignore[arg-type]
     assert repr(next(iter(options.values()))) in str(info.value)
+
+
+def test_the_resident_budget_defaults_to_the_index_default() -> None:
+    assert StreamConfig().resident_mb == RESIDENT_MB
+    assert StreamConfig(resident_mb=0).resident_mb == 0  # no bound
 
 
 def test_stream_config_accepts_edge_values() -> None:

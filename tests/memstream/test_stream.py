@@ -171,7 +171,8 @@ async def test_stats_as_json_keep_the_keys_and_order_the_cli_prints(memory: Memo
     stats = await memory.stats()
     everything = stats.to_json()
     assert list(everything) == ["observations", "reflections", "pending", "fallback", "histogram", "failed_attempts",
-                                "next_retry_at", "usage", "faults", "retries", "rater"]
+                                "next_retry_at", "usage", "faults", "retries", "rater", "resident"]
+    assert everything["resident"]["budget"] == memory.config.resident_mb << 20
     assert [everything[key] for key in ("observations", "reflections", "pending", "fallback")] == [2, 0, 1, 0]
     assert everything["histogram"] == {**{str(i): 0 for i in range(1, 11)}, "4": 1}
     assert stats.pending.next_retry_at is not None and everything["failed_attempts"] == 1

@@ -279,6 +279,11 @@ async def test_stats_show_the_histogram_and_calls_per_role_and_day(client: Clien
     assert {(d.strftime("%Y-%m-%d"), role) for d, role, _ in days} >= {(today, "rater"), (today, "agent")}
     everything = await (await c.get("/stats")).text()
     assert f"<title>{today}: embedding" in everything and "Stats</h1>" in everything
+    await memory.retrieve("anything", stream=STREAM)  # this process now holds the stream
+    resident = memory.index.resident.stats()
+    assert resident.streams == 1 and resident.bytes > 0
+    page = await (await c.get("/stats")).text()
+    assert f"In memory in the dashboard process: {resident.text()}.</p>" in page, page[page.find("In memory"):][:200]
 
 
 async def test_stats_warn_of_a_rater_that_scores_everything_5(client: Client, world: tuple[MemoryStream, World],

@@ -62,6 +62,12 @@ async def test_observe_recall_reflect_why_stats(tmp_path: Path, server: FakeOpen
     stats = json.loads(capsys.readouterr().out)
     assert stats["observations"] == 2 and stats["reflections"] == 1
     assert stats["usage"]["rater"]["calls"] == 2 and stats["usage"]["reflector"]["calls"] == 2
+    # the resident budget, and what this command's own process holds (it scored nothing)
+    assert stats["resident"] == {"streams": 0, "bytes": 0, "budget": 1024 << 20, "largest": 0, "drops": 0,
+                                 "reloads": 0}
+    assert await _cli("stats", "--persona", persona) == 0
+    assert ("in memory in this process: 0 stream(s), 0 MiB of a 1024 MiB budget ([memory] resident_mb); "
+            "0 dropped for it, 0 reloaded") in capsys.readouterr().out
 
 
 async def test_import_is_validated_whole_and_resumable(tmp_path: Path, server: FakeOpenAIServer,

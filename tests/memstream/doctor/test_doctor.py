@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 
 from memstream.cli import main
+from memstream.config import StreamConfig
 from memstream.doctor.checks import check_lines
+from memstream.doctor.memory import check_resident
 from memstream.doctor.models import unreachable_fix
 from memstream.doctor.store import check_sqlite
 from memstream.store import NewMemory, Store, sqlite_module
@@ -95,9 +97,11 @@ async def test_everything_ok(world: World, capsys: pytest.CaptureFixture[str]) -
     assert all(x.startswith("ok ") for x in lines), "\n".join(lines)
     names = [x[6:20].rstrip() for x in lines]
     assert names == ["persona", "sqlite", "schema", "integrity", "embedded by", "dimensions", "model server",
-                     "model", "model", "rating", "embedding", "ratings", "discord token", "discord intent",
-                     "discord server"]
+                     "model", "model", "rating", "embedding", "memory", "ratings", "discord token",
+                     "discord intent", "discord server"]
     assert "64 dimensions" in line(lines, "embedding", "ok")
+    assert "resident_mb 1,024: about" in line(lines, "memory", "ok")
+    assert "memories of 64 dimensions held at once per process" in line(lines, "memory", "ok")
     assert "Lighthouse" in line(lines, "discord server", "ok")
     assert "rated a test observation 5" in line(lines, "rating", "ok")
     assert "0 of the 50 ratings the flat-rater check needs so far" in line(lines, "ratings", "ok")
@@ -347,6 +351,21 @@ async def test_every_joined_guild_when_none_configured(world: World, capsys: pyt
     assert code == 0
     assert len([x for x in lines if x.startswith("ok    discord server")]) == 2
 
+
+
+def test_the_resident_budget_in_memories_and_against_the_machine() -> None:
+    hybrid = StreamConfig.for_profile("hybrid", resident_mb=100)
+    ok = check_resident(hybrid, 384, 8 << 30)
+    per = 384 * 6 + 44 + 720  # row, screen row, columns, lexical share
+    assert ok.status == "ok" and f"about {(100 << 20) // per:,} memories of 384 dimensions" in ok.detail
+    assert "this machine has 8,192 MiB" in ok.detail
+    assert f"about {(100 << 20) // (384 * 6 + 44):,} memories" in check_resident(StreamConfig(resident_mb=100), 384,
+                                                                                 None).detail
+    big = check_resident(StreamConfig(resident_mb=7000), None, 8 << 30)
+    assert big.status == "warn" and "more than three quarters" in big.detail and "384 dimensions" in big.detail
+    unbounded = check_resident(StreamConfig(resident_mb=0), 384, None)
+    assert unbounded.status == "warn" and "stays in memory for the life of the process" in unbounded.detail
+    assert unbounded.fix is not None and "resident_mb" in unbounded.fix
 
 
 def test_the_package_exports_the_report_and_its_checks() -> None:

@@ -1,0 +1,115 @@
+"""The resident budget of one process: which streams' matrices stay in memory, and which to drop.
+
+VectorIndex (vector_index.py) keeps one StreamVectors per stream it has scored. Without a bound, a persona in
+a thousand servers would keep every one of them for the life of the process. Resident is the book of what is
+held, in least recently used order, with each stream's size (StreamVectors.nbytes); when the total goes over
+the budget, `over` names the streams to drop: those larger than the whole budget first, then the least
+recently used. A stream being scored, loaded or written (`busy`) is never named, nor the one that grew
+(`keep`): so the total stays within the budget plus one stream. A dropped stream is reloaded from the store
+on its next query (the store holds every committed write: nothing is lost while it is away).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterator
+
+from memstream.records import ResidentStats
+
+__all__ = ["RESIDENT_MB", "Resident", "bytes_per_memory"]
+
+# The default budget: 1 GiB holds about 400k memories of 384 dimensions (about 2.6 KB each with the screen and
+# the lexical index: README, Memory per process), 40 streams of 10k, on a host with 2 GiB for the bot.
+RESIDENT_MB = 1024
+# Per memory, beside its row and screen row: id, importance, last access, creation, recency proxy (8 B each), inverse
+# norm (4 B); and the lexical index's share (`python -m bench.resident`: 3,062 B per memory of 384 dimensions
+# in all, of which 714 lexical).
+_COLUMN_BYTES = 44
+_LEXICAL_BYTES = 720
+
+
+class Resident:
+    """Streams held in memory, least recently used first, with their sizes; the budget's decision."""
+
+    def __init__(self, budget: int) -> None:
+        if budget < 0:
+            raise ValueError(f"a resident budget is a number of bytes >= 0, got {budget}")
+        self.budget = budget  # bytes; 0: no budget (every stream stays once loaded)
+        self._sizes: OrderedDict[str, int] = OrderedDict()
+        self._total = 0
+        self._pins: Counter[str] = Counter()
+        self._dropped: set[str] = set()  # dropped for the budget, not reloaded yet
+        self.drops = 0
+        self.reloads = 0
+
+    def touch(self, stream: str) -> None:
+        """A stream was used: it is now the most recently used."""
+        if stream in self._sizes:
+            self._sizes.move_to_end(stream)
+
+    def account(self, stream: str, nbytes: int) -> None:
+        """A stream holds `nbytes` now (a new one counts as the most recently used)."""
+        if stream not in self._sizes and stream in self._dropped:
+            self._dropped.discard(stream)
+            self.reloads += 1
+        self._total += nbytes - self._sizes.get(stream, 0)
+        self._sizes[stream] = nbytes
+
+    def forget(self, stream: str) -> None:
+        """A stream's matrix is gone (dropped for any reason)."""
+        self._total -= self._sizes.pop(stream, 0)
+
+    def evicted(self, stream: str) -> None:
+        """A stream is about to be dropped for the budget (counted; its next load is a reload)."""
+        self.drops += 1
+        self._dropped.add(stream)
+
+    @contextlib.contextmanager
+    def pinned(self, stream: str) -> Iterator[None]:
+        """While the block runs, the stream is not dropped for the budget (a query from load to last read)."""
+        self._pins[stream] += 1
+        try:
+            yield
+        finally:
+            self._pins[stream] -= 1
+            if self._pins[stream] <= 0:
+                del self._pins[stream]
+
+    def is_pinned(self, stream: str) -> bool:
+        """Whether a query holds the stream."""
+        return self._pins[stream] > 0
+
+    def total(self) -> int:
+        """Bytes held by every resident stream."""
+        return self._total
+
+    def over(self, keep: str, busy: Callable[[str], bool]) -> list[str]:
+        """The streams to drop to bring the total within the budget: larger than the whole budget first, then
+        least recently used; never `keep` nor a busy one (so the total may stay above while they are held)."""
+        if not self.budget:
+            return []
+        excess = self.total() - self.budget
+        if excess <= 0:
+            return []
+        candidates = [s for s in self._sizes if s != keep and not busy(s)]
+        candidates.sort(key=lambda s: self._sizes[s] <= self.budget)  # stable: LRU order within each group
+        chosen: list[str] = []
+        for stream in candidates:
+            if excess <= 0:
+                break
+            chosen.append(stream)
+            excess -= self._sizes[stream]
+        return chosen
+
+    def stats(self) -> ResidentStats:
+        """The figures of this process."""
+        return ResidentStats(streams=len(self._sizes), bytes=self.total(), budget=self.budget,
+                             largest=max(self._sizes.values(), default=0), drops=self.drops, reloads=self.reloads)
+
+
+def bytes_per_memory(dim: int, *, lexical: bool) -> int:
+    """About what one memory of `dim` dimensions costs a loaded stream (StreamVectors.nbytes): its float32 row,
+    its int16 screen row (a stream of 4k memories or more), its per-row columns, and with `lexical` its share
+    of the lexical index (measured on bench.data's chat-like texts: README, Memory per process)."""
+    return dim * 4 + dim * 2 + _COLUMN_BYTES + (_LEXICAL_BYTES if lexical else 0)
