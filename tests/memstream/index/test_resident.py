@@ -58,7 +58,9 @@ def _assert_same(live: StreamVectors, rebuilt: StreamVectors) -> None:
 
 async def _reference(store: Store, memory: MemoryStream, stream: str, query: str, k: int) -> list[int]:
     """The top k of a stream as an index loaded fresh from the store ranks it."""
-    fresh = VectorIndex(store, lexical=True)
+    live = memory.index  # the same parts as the live index keeps (lexical, grounding, context)
+    fresh = VectorIndex(store, lexical=live.lexical, grounding=live.grounding, language=live.language,
+                        context=live.context, resident_bytes=0)
     try:
         vectors = await fresh.get(stream)
         if vectors.n == 0:
