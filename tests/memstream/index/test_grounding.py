@@ -75,6 +75,7 @@ def _vectors(memories: list[Row], grounding: Grounding) -> StreamVectors:
     vectors = StreamVectors()
     vectors.terms = StreamTerms()
     vectors.grounding = grounding
+    vectors.index_context([], [])  # hybrid's levers beside the grounding (no sources: none named, no neighbours)
     vectors.append([m[0] for m in memories], np.array([m[4] for m in memories], dtype=np.float32),
                    [m[3] for m in memories], [m[2] for m in memories], [m[1] for m in memories],
                    [m[5] for m in memories])
@@ -130,7 +131,7 @@ async def _reference(store: Store, config: StreamConfig, k: int = 2) -> list[int
 async def test_a_reflection_on_reflections_gives_way_to_what_happened_and_follows_deletions(store: Store) -> None:
     on = StreamConfig.for_profile("hybrid")
     off = StreamConfig.for_profile("hybrid", grounding_weight=0.0)
-    index = VectorIndex(store, lexical=True, grounding=True)
+    index = VectorIndex(store, lexical=True, grounding=True, context=True)
     a, b = await store.insert([_memory("we had a picnic in the park", [0.9, 0.3, 0, 0]),
                                _memory("the picnic was on sunday", [0.8, 0.5, 0, 0])])
     await _top(index, on)  # loaded before the reflections: they reach it as the store's events
@@ -148,7 +149,7 @@ async def test_a_reflection_on_reflections_gives_way_to_what_happened_and_follow
     assert await _top(index, off) == await _reference(store, off) == [r3, r2]  # the guard off: the drift wins
     assert await _top(index, on) == await _reference(store, on) == [r1, a]  # on: the grounded insight, then a
 
-    fresh = VectorIndex(store, lexical=True, grounding=True)  # a load from the store agrees with the events
+    fresh = VectorIndex(store, lexical=True, grounding=True, context=True)  # a load from the store agrees with the events
     assert await _top(fresh, on) == [r1, a]
     async with fresh.locked(STREAM) as vectors:
         assert vectors.grounding is not None and vectors.grounding.value[r3] == (0.25 + 0.5) / 2
@@ -163,7 +164,7 @@ async def test_a_reflection_on_reflections_gives_way_to_what_happened_and_follow
 
 async def test_an_edit_of_what_a_reflection_cites_takes_its_grounding_with_it(store: Store) -> None:
     on = StreamConfig.for_profile("hybrid")
-    index = VectorIndex(store, lexical=True, grounding=True)
+    index = VectorIndex(store, lexical=True, grounding=True, context=True)
     a, b = await store.insert([_memory("we had a picnic in the park", [0.9, 0.3, 0, 0]),
                                _memory("the picnic was on sunday", [0.8, 0.5, 0, 0])])
     [r1] = await store.save_reflection(STREAM, [(_memory("Klaus likes picnics", [0.9, 0.2, 0, 0], "reflection",
