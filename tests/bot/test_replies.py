@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
+
+import pytest
 
 from tests.bot.conftest import World, until
 from tests.fakes.discord_server import SEND_MESSAGES
@@ -101,20 +104,31 @@ async def test_deleting_a_message_deletes_the_replies_that_quoted_it(world: Worl
     assert await world.memory.explain_reply(message_id=str(reply.id)) is None
 
 
-async def test_a_mention_the_store_cannot_answer_now_is_told_so(world: World) -> None:
-    """Every mention is answered or told the persona could not: a full disk too, not only a model failure."""
+async def test_a_mention_answered_on_a_full_disk_is_answered_and_the_failure_to_remember_it_is_said(
+        world: World, caplog: pytest.LogCaptureFixture) -> None:
+    """A full disk when the reply is written: the reply is streamed out before it is stored (what was sent is
+    what is remembered), so the mention is answered; that its memory could not be written is one warning, and
+    nothing of it is half-stored (no reply memory without its trace)."""
     await world.say(world.town, world.general, world.klaus, "the party is on Friday")
     await world.drained()
     conn = world.memory.store.conn  # type: ignore[attr-defined]
     async with conn.execute("PRAGMA page_count") as cursor:
         pages = (await cursor.fetchone())[0]
     world.models.reply = "Friday! " + "and so much more to say " * 300  # its memory needs new pages: refused
+    caplog.set_level(logging.WARNING, logger="bot")
     async with conn.execute(f"PRAGMA max_page_count={pages}"):
         pass
     try:
         await world.fake.send_message(world.general, world.maria, "when is the party?", mentions=[world.fake.bot_user])
         told = await world.fake.wait_for_sent(lambda m: m.channel_id == world.general)
+
+        async def said() -> bool:
+            return any("could not record the reply" in r.getMessage() for r in caplog.records)
+
+        await until(said, "the warning that the reply could not be recorded")
     finally:
         async with conn.execute("PRAGMA max_page_count=1073741823"):
             pass
-    assert told.content.startswith("Sorry, I couldn't answer that just now")
+    assert told.content.startswith("Friday!")
+    async with conn.execute("SELECT COUNT(*) FROM memories WHERE text LIKE '%so much more to say%'") as cursor:
+        assert (await cursor.fetchone())[0] == 0

@@ -149,7 +149,8 @@ async def test_a_reflection_on_reflections_gives_way_to_what_happened_and_follow
     assert await _top(index, off) == await _reference(store, off) == [r3, r2]  # the guard off: the drift wins
     assert await _top(index, on) == await _reference(store, on) == [r1, a]  # on: the grounded insight, then a
 
-    fresh = VectorIndex(store, lexical=True, grounding=True, context=True)  # a load from the store agrees with the events
+    # a load from the store agrees with the events
+    fresh = VectorIndex(store, lexical=True, grounding=True, context=True)
     assert await _top(fresh, on) == [r1, a]
     async with fresh.locked(STREAM) as vectors:
         assert vectors.grounding is not None and vectors.grounding.value[r3] == (0.25 + 0.5) / 2
