@@ -129,9 +129,12 @@ def approximate_cosines(vectors: StreamVectors, unit: F32,
 
 
 def _numpy_cosines(vectors: StreamVectors, unit: F32, out: F32) -> tuple[F32, float, float]:
-    for start, block in vectors.blocks():
-        np.matmul(block, unit, out=out[start:start + len(block)])
-    np.multiply(out, vectors.inverse_norms, out=out)
+    # A row or query beyond float32's range gives inf or NaN here: said by the NaN smallest and largest (the
+    # caller then trusts no float32 cosine and ranks exactly), not by a floating-point warning.
+    with np.errstate(invalid="ignore", over="ignore"):
+        for start, block in vectors.blocks():
+            np.matmul(block, unit, out=out[start:start + len(block)])
+        np.multiply(out, vectors.inverse_norms, out=out)
     return out, float(out.min()), float(out.max())
 
 
