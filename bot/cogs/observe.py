@@ -183,8 +183,13 @@ class ObserveCog(commands.Cog):
         try:
             stored = await self.bot.memory.observe_many(batch, defer=True)
         except StoreDamaged as exc:
-            for stream in sorted({o.stream for o in batch}):  # once per stream: the log stays readable
-                self.bot.report_damage(stream, exc)
+            streams = sorted({o.stream for o in batch})
+            if len(streams) > 1:
+                # One server's damaged pages must not cost the others their messages, nor be blamed on them:
+                # each stream's part on its own (a part stored now is not stored twice when the batch is retried:
+                # message ids are unique per stream).
+                return all([await self._store([o for o in batch if o.stream == stream]) for stream in streams])
+            self.bot.report_damage(streams[0], exc)  # once per stream: the log stays readable
             return False
         except StoreError as exc:
             if self.store_failures == 0:

@@ -17,6 +17,7 @@ transaction is rolled back as a whole by its caller).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -93,15 +94,35 @@ class Connection(aiosqlite.Connection):
     async def _execute(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
         started = loop.time()
+        guarded = self._rolled_back_on_damage(fn)
         while True:
             try:
-                return await super()._execute(fn, *args, **kwargs)  # type: ignore[no-untyped-call]
+                return await super()._execute(guarded, *args, **kwargs)  # type: ignore[no-untyped-call]
             except self.errors as exc:
                 waited = loop.time() - started
                 if (_kind(exc) == "locked" and self._may_retry(fn, args) and waited < LOCK_WAIT_SECONDS):
                     await asyncio.sleep(0.1)
                     continue
                 raise store_error(exc, self.path, waited=max(waited, BUSY_TIMEOUT_MS / 1000)) from exc
+
+    def _rolled_back_on_damage(self, fn: Any) -> Any:
+        """`fn`, ending on SQLite's thread, in the same hop, the transaction in which it met a damaged page or a
+        failing disk: SQLite fails every later statement of such a transaction, and the tasks sharing this
+        connection (another stream's reads and touches) must not run theirs inside it before its owner rolls it
+        back (the owner's ROLLBACK is skipped then: nothing is left open)."""
+        conn, errors = self._conn, self.errors
+
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except errors as exc:
+                if _kind(exc) in ("damaged", "io") and conn is not None and conn.in_transaction:
+                    with contextlib.suppress(Exception):
+                        conn.execute("ROLLBACK")
+                raise
+
+        guarded.__name__ = getattr(fn, "__name__", "guarded")  # (_may_retry reads it)
+        return guarded
 
     async def run(self, fn: Callable[[Any], T]) -> T:
         """`fn(the SQLite connection)` on SQLite's thread: several statements for one hop there instead of one

@@ -29,6 +29,7 @@ from memstream.store.policy import (
 )
 from memstream.store.records import NewMemory, UsageRow
 from memstream.store.rowmap import MEMORY_COLUMNS, memory_from_row
+from memstream.store.sqlite.binding import sqlite_module
 from memstream.store.sqlite.counters import DAILY_USAGE, USAGE, Counters
 
 __all__ = ["Rows", "to_blob"]
@@ -338,6 +339,15 @@ class Rows(Counters):
                     conn.executemany(DAILY_USAGE, [(*row, day) for row in usage])
                 if began:
                     conn.execute("COMMIT")
+            except sqlite_module().Error:
+                if began:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+                # Joined another task's transaction, which failed before us (SQLite keeps failing every statement
+                # of a transaction that met a damaged page until it is rolled back): the touch and the usage go
+                # with that transaction, as they would at its rollback; the rows were read, and are answered.
+                return list(rows), [], True
             except BaseException:
                 if began and conn.in_transaction:
                     conn.execute("ROLLBACK")
