@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 
+from bench.botrun import running
 from bench.report import cost_lines
 from bot.bot import PersonaBot
 from memstream import MemoryStream, load_persona
@@ -133,33 +134,27 @@ async def run(messages: int = 1000, mentions_every: int = 50, seed: int = 7,
                               models=replace(example.models, base_url=openai.base_url, max_retries=0, timeout=30),
                               discord=replace(example.discord, guilds=(town.id,)), budget=budget or BudgetConfig())
             memory = await MemoryStream.open(persona, environ={})
-            bot = PersonaBot(memory, persona, guild_ready_timeout=0.05)
-            task = asyncio.create_task(bot.start("token"))
             mentions = 0
             try:
-                await asyncio.wait_for(bot.wait_until_ready(), 30)
-                for n in range(messages):
-                    channel, person = rng.choice(channels), rng.choice(people)
-                    if (n + 1) % mentions_every == 0:
-                        before = len(fake.sent_messages)
-                        await fake.send_message(channel, person, f"Isabella, {rng.choice(MENTIONS)}",
-                                                mentions=[fake.bot_user])
-                        with contextlib.suppress(TimeoutError):  # a spent agent budget declines once a channel
-                            await fake.wait_for_sent(in_channel(channel), since=before, timeout=60 if budget is None
-                                                     else 3)
-                        mentions += 1
-                    else:
-                        await fake.send_message(channel, person, message(rng))
-                    if n % 20 == 19:  # people take their time: each reflection comes at its threshold, as in a
-                        await settled(memory, bot, 180)  # day of talk, not after a burst that passed it twice
-                await settled(memory, bot, 180)
-                sent = [m.content for m in fake.sent_messages]
-                stats, state = await memory.stats(), await memory.store.state(f"guild:{town.id}")
+                async with running(memory, persona) as bot:
+                    for n in range(messages):
+                        channel, person = rng.choice(channels), rng.choice(people)
+                        if (n + 1) % mentions_every == 0:
+                            before = len(fake.sent_messages)
+                            await fake.send_message(channel, person, f"Isabella, {rng.choice(MENTIONS)}",
+                                                    mentions=[fake.bot_user])
+                            with contextlib.suppress(TimeoutError):  # a spent agent budget declines once a channel
+                                await fake.wait_for_sent(in_channel(channel), since=before, timeout=60 if budget is None
+                                                         else 3)
+                            mentions += 1
+                        else:
+                            await fake.send_message(channel, person, message(rng))
+                        if n % 20 == 19:  # people take their time: each reflection comes at its threshold, as in a
+                            await settled(memory, bot, 180)  # day of talk, not after a burst that passed it twice
+                    await settled(memory, bot, 180)
+                    sent = [m.content for m in fake.sent_messages]
+                    stats, state = await memory.stats(), await memory.store.state(f"guild:{town.id}")
             finally:
-                await bot.close()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.wait_for(task, 30)
-                await memory.close()
                 monkeypatch.undo()
         served = {"rater": sum(RATER in r.prompt for r in openai.chat_requests),
                   "reflector": sum(QUESTIONS in r.prompt or INSIGHTS in r.prompt for r in openai.chat_requests),

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import statistics
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from bot.bot import PersonaBot
+from bench.botrun import running
 from memstream import DiscordConfig, MemoryStream, ModelConfig, PersonaConfig, StreamConfig
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAIServer
@@ -55,35 +54,29 @@ async def run(latency: float, mentions: int, *, words: int = 0, word_delay: floa
                                     models=ModelConfig(base_url=openai.base_url, max_retries=0, timeout=30),
                                     memory=StreamConfig(), discord=DiscordConfig(guilds=(town.id,), history=0))
             memory = await MemoryStream.open(persona, environ={})
-            bot = PersonaBot(memory, persona, guild_ready_timeout=0.05)
-            task = asyncio.create_task(bot.start("token"))
             times, whole, calls = [], [], []
             try:
-                await asyncio.wait_for(bot.wait_until_ready(), 30)
-                await fake.send_message(general, klaus, "The party at Hobbs Cafe is at 5 pm on Friday.")
-                await asyncio.sleep(3 * latency + 0.5)  # observed: rated and embedded
-                for i in range(mentions):
-                    before = len(fake.sent_messages)
-                    requests = len(openai.requests)
-                    start, wall = time.perf_counter(), time.time()
-                    await fake.send_message(general, klaus, f"what are you doing tonight? ({i})",
-                                            mentions=[fake.bot_user])
-                    first = await fake.wait_for_sent(lambda m: m.channel_id == general, since=before, timeout=60)
-                    times.append(time.perf_counter() - start)
-                    while first.content != said:  # grown by edits to the whole reply
-                        if time.perf_counter() - start > 120:
-                            raise TimeoutError("the reply never came whole")
-                        await asyncio.sleep(0.01)
-                    whole.append(time.perf_counter() - start)
-                    made = openai.requests[requests:]
-                    # the model calls a reply waited for: those that began and ended before it arrived
-                    calls.append(sum(1 for r in made if r.time <= wall + times[-1] - latency))
-                    await asyncio.sleep(3 * latency + 0.5)  # let the observations of this round finish
+                async with running(memory, persona):
+                    await fake.send_message(general, klaus, "The party at Hobbs Cafe is at 5 pm on Friday.")
+                    await asyncio.sleep(3 * latency + 0.5)  # observed: rated and embedded
+                    for i in range(mentions):
+                        before = len(fake.sent_messages)
+                        requests = len(openai.requests)
+                        start, wall = time.perf_counter(), time.time()
+                        await fake.send_message(general, klaus, f"what are you doing tonight? ({i})",
+                                                mentions=[fake.bot_user])
+                        first = await fake.wait_for_sent(lambda m: m.channel_id == general, since=before, timeout=60)
+                        times.append(time.perf_counter() - start)
+                        while first.content != said:  # grown by edits to the whole reply
+                            if time.perf_counter() - start > 120:
+                                raise TimeoutError("the reply never came whole")
+                            await asyncio.sleep(0.01)
+                        whole.append(time.perf_counter() - start)
+                        made = openai.requests[requests:]
+                        # the model calls a reply waited for: those that began and ended before it arrived
+                        calls.append(sum(1 for r in made if r.time <= wall + times[-1] - latency))
+                        await asyncio.sleep(3 * latency + 0.5)  # let the observations of this round finish
             finally:
-                await bot.close()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.wait_for(task, 30)
-                await memory.close()
                 monkeypatch.undo()
     return {"latency_s": latency, "mentions": mentions, "median_s": statistics.median(times),
             "whole_median_s": statistics.median(whole), "words": len(said.split()), "word_delay_s": word_delay,
