@@ -31,7 +31,6 @@ import numpy as np
 from bench.data import NOW, STREAM, query
 from memstream.clock import from_timestamp
 from memstream.config import StreamConfig
-from memstream.index.profiles import uses_context, uses_lexical
 from memstream.index.retriever import Retriever
 from memstream.index.vector_index import VectorIndex
 from memstream.models.roles import Models, RoleModel
@@ -58,7 +57,7 @@ async def _open(path: str, processes: int | None, profile: str = "spec") -> dict
     start = time.perf_counter()
     store = await Store.open(path, load_processes=processes)
     opened = time.perf_counter()
-    index = VectorIndex(store, lexical=uses_lexical(config), context=uses_context(config))
+    index = VectorIndex.for_config(store, config)
     vectors = await index.get(STREAM)
     loaded = time.perf_counter()
     chat = ScriptedChat()

@@ -26,7 +26,6 @@ from bench.postgres import make_copy
 from memstream.clock import from_timestamp
 from memstream.config import StreamConfig
 from memstream.index import _kernels as kernels
-from memstream.index.profiles import uses_lexical
 from memstream.index.retriever import Retriever
 from memstream.index.vector_index import VectorIndex
 from memstream.models.roles import Models, RoleModel
@@ -48,7 +47,7 @@ async def run(location: str, reloads: int = 7, profile: str = "hybrid") -> dict[
     try:
         kernels.warm()  # (their own memory is the process's, not the stream's)
         before = _rss_mb()
-        index = VectorIndex(store, lexical=uses_lexical(config), resident_bytes=0)
+        index = VectorIndex.for_config(store, config, resident_bytes=0)
         vectors = await index.get(STREAM)
         chat = ScriptedChat()
         models = Models(store, FakeEmbedder(dim=vectors.dim), rater=RoleModel(chat, "r"),

@@ -14,7 +14,6 @@ from memstream.calibration import rater_check
 from memstream.clock import Clock, SystemClock, to_timestamp
 from memstream.config import BudgetConfig, PersonaConfig, StreamConfig
 from memstream.errors import BudgetSpent, ConfigError, ProviderError
-from memstream.index.profiles import uses_context, uses_grounding, uses_lexical
 from memstream.index.retriever import Retriever, RetrieverLike
 from memstream.index.vector_index import VectorIndex
 from memstream.ingest import Ingest
@@ -73,9 +72,7 @@ class MemoryStream:
         self.clock: Clock = clock or SystemClock()
         self.tz = tz or ZoneInfo("UTC")
         self.models = Models(store, embedder, rater=rater, reflector=reflector, agent=agent, budget=budget)
-        self.index = VectorIndex(store, lexical=uses_lexical(self.config), grounding=uses_grounding(self.config),
-                                 screen_bytes=self.config.screen_mb << 20, language=self.config.stemmer,
-                                 context=uses_context(self.config), resident_bytes=self.config.resident_mb << 20)
+        self.index = VectorIndex.for_config(store, self.config)
         self.retriever = Retriever(store, self.index, self.models, self.config, self.clock)
         self.rater = Rater(self.models, agent_name=name, faults=store)
         self.ingest = Ingest(store, self.models, self.rater, self.config, self.clock)

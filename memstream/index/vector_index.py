@@ -12,9 +12,11 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
 import numpy as np
 
+from memstream.config import StreamConfig
 from memstream.index import _kernels as kernels
 from memstream.index import _pages as pages
 from memstream.index.grounding import Grounding
+from memstream.index.profiles import uses_context, uses_grounding, uses_lexical
 from memstream.index.resident import RESIDENT_MB, Resident
 from memstream.index.vectors import SCREEN_BYTES, StreamVectors
 from memstream.records import Source
@@ -66,6 +68,14 @@ class VectorIndex:
         self._hints: dict[str, dict[int, int]] = {}  # where the last winners were: id -> row
         self.resident = Resident(resident_bytes)  # the budget: which streams stay loaded (resident.py)
         self._stop = store.listen(self)
+
+    @classmethod
+    def for_config(cls, store: Store, config: StreamConfig, *, resident_bytes: int | None = None) -> VectorIndex:
+        """The index a profile needs (its lexical index, grounding, the levers' context; its stemmer, screen and
+        resident budget), as MemoryStream builds it: benches and tests build theirs the same way."""
+        return cls(store, lexical=uses_lexical(config), grounding=uses_grounding(config),
+                   screen_bytes=config.screen_mb << 20, language=config.stemmer, context=uses_context(config),
+                   resident_bytes=config.resident_mb << 20 if resident_bytes is None else resident_bytes)
 
     def close(self) -> None:
         """Stop listening to the store (the matrices are left to the garbage collector)."""
