@@ -90,7 +90,9 @@ class StreamConfig:
     neighbour_gap_minutes: float = 60.0
     name_weight: float = 0.2
     time_weight: float = 0.2
-    screen_mb: int = 256  # memory for a stream's int16 screen (screen.py): pass 1 reads half the bytes; 0: none
+    # memory for a stream's int16 screen (screen.py): pass 1 reads half the bytes; 0: none. As large as the resident
+    # budget, in which it counts: a stream of 1M memories of 384 dims has its screen (733 MiB), pass 1 at the floor.
+    screen_mb: int = 1024  # (index/vectors.py: SCREEN_BYTES)
     # memory for every stream's matrices in one process (index/resident.py): least recently used dropped; 0: no bound
     resident_mb: int = 1024  # (index/resident.py: RESIDENT_MB)
 

@@ -21,8 +21,9 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from memstream.index import _kernels as kernels
+from memstream.index import _pages as pages
 from memstream.index import _scan as scan
-from memstream.store.arrays import F32, I16, large_empty
+from memstream.store.arrays import F32, I16
 
 __all__ = ["Screen", "cosine_error"]
 
@@ -66,7 +67,7 @@ class Screen:
     def add_block(self, start: int, size: int) -> None:
         """Room for `size` more rows from row `start` (StreamVectors added a block of that size)."""
         self._starts.append(start)
-        self._blocks.append(large_empty((size, self.dim), dtype=np.int16))
+        self._blocks.append(pages.huge_empty((size, self.dim), np.int16))
 
     def drop_block(self) -> None:
         """The last block is gone from StreamVectors (rows removed)."""

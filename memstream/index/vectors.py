@@ -36,9 +36,12 @@ _NORM_RANGE = (2.0**-60, 2.0**60)
 # Above this exponent, exp() in the recency proxy is rebased so that it cannot overflow.
 _REBASE_EXPONENT = 500.0
 # From this many rows on, pass 1 reads the stream's screen (screen.py): half the bytes, half again the memory;
-# up to this many bytes of it (StreamConfig.screen_mb), beyond which pass 1 reads the float32 rows.
+# up to this many bytes of it (StreamConfig.screen_mb), beyond which pass 1 reads the float32 rows. As large as the
+# default resident budget (the screen counts in it, nbytes): at 1M x 384 the screen (733 MiB) is what keeps pass 1
+# at the floor, the float32 rows being loaded in ordinary pages (4 KB: a plain pass over them read 62 ms where one
+# over the same bytes in huge pages read 30 ms; python -m bench.hybrid).
 SCREEN_ROWS = 4096
-SCREEN_BYTES = 256 << 20
+SCREEN_BYTES = 1024 << 20
 # A reflection's grounding in memory: one dict entry (key, float, slot).
 _GROUNDING_ITEM_BYTES = 120
 
