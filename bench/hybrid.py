@@ -98,9 +98,8 @@ def _ready_after(after_load: dict[str, list[float]], window_s: float = 0.5) -> f
     """How long after the stream was loaded retrieve held within TARGET x the floor: the start of the first
     window of `window_s` (of queries back to back, each in the window it ended in, in blocks of 5 each followed
     by 5 of the floor's passes) from which on every window's median retrieve was within TARGET x its median
-    floor (the machine's
-    other jobs slow a stretch of queries now and then: the floor beside them slows too); inf: not within the
-    AFTER_LOAD_S timed."""
+    floor (the machine's other jobs slow a stretch of queries now and then: the floor beside them slows too);
+    inf: not within the AFTER_LOAD_S timed."""
     windows: dict[int, tuple[list[float], list[float]]] = {}
     for at, took, floor in zip(after_load["at_s"], after_load["ms"], after_load["floor_ms"], strict=True):
         took_, floors = windows.setdefault(int((at + took / 1e3) / window_s), ([], []))
