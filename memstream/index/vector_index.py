@@ -103,21 +103,23 @@ class VectorIndex:
     async def _load(self, stream: str) -> StreamVectors:
         generation = self._generation.get(stream, 0)
         try:
-            arrays = await self.store.load_stream(stream, texts=self.lexical or self.context)
-            # After the rows: every reflection they hold committed its evidence in its own transaction, so this
-            # later read has it (one saved in between is in both, or comes as an event, journaled below).
-            evidence = await self.store.evidence_links(stream) if self.grounding else None
+            # The rows and the reflections' evidence, read at once: evidence saved between the two reads, or
+            # after them, comes as an event meanwhile (journaled below, since before either read began).
+            arrays, evidence = await asyncio.gather(
+                self.store.load_stream(stream, texts=self.lexical or self.context, sources=self.context),
+                self.store.evidence_links(stream) if self.grounding else _nothing())
             vectors = await asyncio.to_thread(StreamVectors, arrays, copy=False, screen_bytes=self.screen_bytes)
             pages.collapse_in_background(vectors)
-            if self.lexical:
-                await asyncio.to_thread(vectors.index_texts, arrays.ids.tolist(), arrays.texts or [],
-                                        self.language)
+            if self.lexical or self.context:
+                context = await asyncio.to_thread(vectors.index, arrays.ids.tolist(), arrays.texts or [],
+                                                  language=self.language if self.lexical else None,
+                                                  context=self.context)
+                if context is not None and arrays.sources is not None:
+                    context.load_sources(arrays.ids.tolist(), arrays.sources)
+                elif context is not None:
+                    context.set_sources(await self.store.sources(stream), arrays.ids.tolist())
             if evidence is not None:
                 vectors.grounding = Grounding(evidence)
-            if self.context:
-                context = await asyncio.to_thread(vectors.index_context, arrays.ids.tolist(), arrays.texts or [])
-                asked = arrays.ids.tolist()
-                context.set_sources(await self.store.sources(stream), asked)
             for op in self._journals.get(stream, []):
                 op(vectors)
             if self._generation.get(stream, 0) == generation:
@@ -274,6 +276,10 @@ class VectorIndex:
 
     def _lock(self, stream: str) -> asyncio.Lock:
         return self._locks.setdefault(stream, asyncio.Lock())
+
+
+async def _nothing() -> None:
+    return None
 
 
 def _updated(event: MemoryUpdated) -> Op:

@@ -35,6 +35,8 @@ __all__ = ["CHUNK", "LoadError", "Part", "Sink", "WorkerFailed", "inverse_norms"
 _SELECT_READY = ("SELECT id, importance, last_accessed_at, created_at, embedding{} FROM memories NOT INDEXED "
                  "WHERE stream = ? AND status = 'ready' AND id BETWEEN ? AND ?")
 CHUNK = 4096
+# A row's source, in the order of memstream.records.Source's fields.
+_SOURCE_COLUMNS = ", author, author_id, channel, channel_id, message_id, reply_to"
 _MMAP_LIMIT = 1 << 40  # SQLite caps it at its compile-time maximum
 _MADV_POPULATE_WRITE = 23  # Linux 5.14+; not exported by Python 3.11's mmap module
 # The small columns a worker sends back, in this order, after an 8-byte row count.
@@ -121,19 +123,21 @@ class _Populator:
             done += size
 
 
-def select_ready(*, texts: bool = False) -> str:
-    """The SQLite query of a stream's ready rows in an id range (stream, low, high), with texts or not."""
-    return _SELECT_READY.format(", text" if texts else "")
+def select_ready(*, texts: bool = False, sources: bool = False) -> str:
+    """The SQLite query of a stream's ready rows in an id range (stream, low, high), with texts or not, and
+    sources or not."""
+    return _SELECT_READY.format((", text" if texts else "") + (_SOURCE_COLUMNS if sources else ""))
 
 
 class Sink:
     """Preallocated columns (and a matrix, given or made) filled chunk by chunk, in place; with `texts`, a list
-    of the rows' texts too."""
+    of the rows' texts too, and with `sources` of their sources (tuples in Source's field order)."""
 
     def __init__(self, capacity: int, dim: int, *, matrix: npt.NDArray[np.float32] | None = None,
-                 texts: bool = False) -> None:
+                 texts: bool = False, sources: bool = False) -> None:
         self.capacity, self.width, self.n = capacity, dim * 4, 0
         self.texts: list[str] | None = [] if texts else None
+        self.sources: list[tuple[str | None, ...]] | None = [] if sources else None
         self.ids = np.empty(capacity, np.int64)
         self.importance = np.empty(capacity, np.float32)
         self.last = np.empty(capacity, np.float64)
@@ -160,6 +164,9 @@ class Sink:
         self.inverse_norms[start:end] = inverse_norms(self.embeddings[start:end])
         if self.texts is not None:
             self.texts.extend([r[5] for r in rows])
+        if self.sources is not None:
+            after = 5 if self.texts is None else 6
+            self.sources.extend([tuple(r[after:]) for r in rows])
         self.n = end
 
     def columns(self) -> dict[str, npt.NDArray[Any]]:
@@ -171,7 +178,8 @@ def read_range(connect: Any, stream: str, low: int, high: int, sink: Sink) -> No
     """Fill `sink` with the stream's ready rows whose ids are in [low, high], read through `connect()`."""
     conn = connect()
     try:
-        cursor = conn.execute(select_ready(texts=sink.texts is not None), (stream, low, high))
+        cursor = conn.execute(select_ready(texts=sink.texts is not None, sources=sink.sources is not None),
+                              (stream, low, high))
         while rows := cursor.fetchmany(CHUNK):
             sink.put(rows)
     finally:
