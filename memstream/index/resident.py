@@ -19,14 +19,15 @@ from memstream.records import ResidentStats
 
 __all__ = ["RESIDENT_MB", "Resident", "bytes_per_memory"]
 
-# The default budget: 1 GiB holds about 400k memories of 384 dimensions (about 2.6 KB each with the screen and
-# the lexical index: README, Memory per process), 40 streams of 10k, on a host with 2 GiB for the bot.
+# The default budget: 1 GiB holds about 330k memories of 384 dimensions (about 3.2 KB each with the screen, the
+# lexical index and the context: README, Memory per process), 33 streams of 10k, on a host with 2 GiB for the bot.
 RESIDENT_MB = 1024
 # Per memory, beside its row and screen row: id, importance, last access, creation, recency proxy (8 B each), inverse
-# norm (4 B); and the lexical index's share (`python -m bench.resident`: 3,062 B per memory of 384 dimensions
-# in all, of which 714 lexical).
+# norm (4 B); and the share of the lexical index and the context (`python -m bench.resident --profile hybrid`:
+# 3,087 B per memory of 384 dimensions in all, 735 of them these two's; Discord's message ids and replies add
+# about 150 to the context).
 _COLUMN_BYTES = 44
-_LEXICAL_BYTES = 720
+_LEXICAL_BYTES = 890
 
 
 class Resident:
@@ -111,5 +112,6 @@ class Resident:
 def bytes_per_memory(dim: int, *, lexical: bool) -> int:
     """About what one memory of `dim` dimensions costs a loaded stream (StreamVectors.nbytes): its float32 row,
     its int16 screen row (a stream of 4k memories or more), its per-row columns, and with `lexical` its share
-    of the lexical index (measured on bench.data's chat-like texts: README, Memory per process)."""
+    of the lexical index and the context (measured on bench.data's chat-like texts with Discord's message ids:
+    README, Memory per process)."""
     return dim * 4 + dim * 2 + _COLUMN_BYTES + (_LEXICAL_BYTES if lexical else 0)

@@ -176,7 +176,7 @@ class StreamVectors:
 
     def nbytes(self) -> int:
         """The memory this stream holds (the resident budget, resident.py): its filled rows, its screen, every
-        per-row array, its lexical index and grounding (those two estimated)."""
+        per-row array, its lexical index, context and grounding (those three estimated)."""
         total = self.n * self.dim * 4
         if self._screen is not None:
             total += self._screen.n * (self.dim * 2 + 4)
@@ -184,6 +184,8 @@ class StreamVectors:
         total += sum(value.nbytes for value in arrays if isinstance(value, np.ndarray))
         if self.terms is not None:
             total += self.terms.nbytes()
+        if self.context is not None:
+            total += self.context.nbytes()
         if self.grounding is not None:
             total += len(self.grounding.value) * _GROUNDING_ITEM_BYTES
         return total
