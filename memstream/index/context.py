@@ -92,7 +92,7 @@ class StreamContext:
     def nbytes(self) -> int:
         """About the memory this context holds (its arrays, and per row, message and reply as measured)."""
         columns = (self.author, self.prev, self.next, self.parent, self.timed, *(self._near[1:] if self._near else ()))
-        arrays = sum(column.nbytes for column in columns)
+        arrays = int(sum(column.nbytes for column in columns))
         return (arrays + len(self._row_of) * _ROW_BYTES + len(self._message_of) * _MESSAGE_BYTES
                 + len(self._reply_of) * _REPLY_BYTES)
 

@@ -15,6 +15,7 @@ import numpy as np
 from memstream.config import StreamConfig
 from memstream.index import _kernels as kernels
 from memstream.index import _pages as pages
+from memstream.index import _release as release
 from memstream.index.grounding import Grounding
 from memstream.index.profiles import uses_context, uses_grounding, uses_lexical
 from memstream.index.resident import RESIDENT_MB, Resident
@@ -95,6 +96,7 @@ class VectorIndex:
             return found
         task = self._loading.get(stream)
         if task is None:
+            self._make_room(stream)
             self._journals[stream] = []
             task = asyncio.ensure_future(self._load(stream))
             self._loading[stream] = task
@@ -193,9 +195,20 @@ class VectorIndex:
         if self._streams.get(stream) is not vectors:
             return
         self.resident.account(stream, vectors.nbytes())
-        for victim in self.resident.over(stream, self._busy):
+        self._evict(self.resident.over(stream, self._busy))
+
+    def _make_room(self, stream: str) -> None:
+        """Before a stream's reload: drop others until it fits within the budget at the size it had."""
+        expected = self.resident.expected(stream)
+        if expected:
+            self._evict(self.resident.over(stream, self._busy, incoming=expected))
+
+    def _evict(self, victims: Sequence[str]) -> None:
+        for victim in victims:
             self.resident.evicted(victim)
             self.drop(victim)
+        if victims:
+            release.soon()  # what they held, back to the system
 
     def _busy(self, stream: str) -> bool:
         lock = self._locks.get(stream)
