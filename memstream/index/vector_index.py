@@ -111,6 +111,7 @@ class VectorIndex:
                 self.store.load_stream(stream, texts=self.lexical or self.context, sources=self.context),
                 self.store.evidence_links(stream) if self.grounding else _nothing())
             vectors = await asyncio.to_thread(StreamVectors, arrays, copy=False, screen_bytes=self.screen_bytes)
+            vectors.screen_after = 1  # its screen built by its second query, not its first (StreamVectors.screen)
             pages.collapse_in_background(vectors)
             if self.lexical or self.context:
                 context = await asyncio.to_thread(vectors.index, arrays.ids.tolist(), arrays.texts or [],

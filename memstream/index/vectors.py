@@ -58,6 +58,7 @@ class StreamVectors:
                  screen_rows: int = SCREEN_ROWS, screen_bytes: int = SCREEN_BYTES) -> None:
         self.n = 0
         self.screen_rows, self.screen_bytes = screen_rows, screen_bytes
+        self.screen_after = 0  # queries that read the rows before the screen is built (see screen())
         self._screen: Screen | None = None
         self.terms: StreamTerms | None = None  # the lexical index, when the profile uses one (index_texts)
         self.grounding: Grounding | None = None  # each reflection's grounding, when the profile uses it
@@ -131,8 +132,13 @@ class StreamVectors:
     def screen(self) -> Screen | None:
         """The rows at half the bytes, for pass 1 (screen.py), built on first use and kept in step with every
         write from then on; None for a stream of fewer than `screen_rows` rows, one whose screen would take more
-        than `screen_bytes`, or without the compiled loops."""
+        than `screen_bytes`, or without the compiled loops; None also for the first `screen_after` queries that
+        ask (VectorIndex: the first after a load, so that a stream loaded for one query, as a cold stream under the
+        resident budget often is, never builds it: 6-13 ms at 10k memories, 1-2 s at 1M)."""
         if self._screen is None and self.n >= max(1, self.screen_rows) and self._screen_fits() and kernels.ready():
+            if self.screen_after > 0:
+                self.screen_after -= 1
+                return None
             screen = Screen(self.dim, self._starts, [len(block) for block in self._blocks])
             screen.fill(list(self.blocks()))
             self._screen = screen
