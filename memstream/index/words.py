@@ -106,15 +106,18 @@ def words_of(texts: Sequence[str]) -> Words:
         said = [words(text) for text in texts]
         return _coded(list(chain.from_iterable(said)), np.fromiter(map(len, said), np.int64, n))
     joint = joined.translate(_ASCII_BREAKS).split() if joined.isascii() else _WORD.findall(joined)
-    flat: list[str] = []
-    ends, at, find = [], -1, joint.index
-    for _ in range(n - 1):
-        start, at = at + 1, find(_SEPARATOR, at + 1)
-        flat += joint[start:at]
-        ends.append(len(flat))
-    flat += joint[at + 1:]
-    ends.append(len(flat))
-    return _coded(flat, np.diff(np.asarray([0, *ends], dtype=np.int64)).astype(np.int64))
+    distinct = list(set(joint))
+    code = {word: i for i, word in enumerate(distinct)}
+    codes = np.fromiter(map(code.__getitem__, joint), np.int64, len(joint))
+    apart = code[_SEPARATOR] if n > 1 else -1
+    breaks = np.flatnonzero(codes == apart)  # the separators: n - 1 of them, none in a text (counted above)
+    counts = np.diff(np.concatenate(([-1], breaks, [len(joint)]))) - 1
+    if n > 1:
+        distinct[apart] = distinct[-1]  # the separator's code given to the last word, and the separator gone
+        codes[codes == len(distinct) - 1] = apart
+        distinct.pop()
+        codes = np.delete(codes, breaks)
+    return Words(distinct, codes, counts.astype(np.int64))
 
 
 def _coded(flat: list[str], counts: I64) -> Words:
