@@ -96,5 +96,7 @@ def part_arrays(parts: Sequence[_load.Part], dim: int, *, texts: bool = False) -
     embeddings: npt.NDArray[np.float32] | list[npt.NDArray[np.float32]] = (
         blocks if len(blocks) > 1 else blocks[0] if blocks else np.empty((0, dim), np.float32))
     joined = [text for part in parts for text in part.texts or ()] if texts else None
+    sources = ([fields for part in parts for fields in part.sources or ()]
+               if all(part.sources is not None for part in parts) else None)
     return StreamArrays(column("ids"), embeddings, column("importance"),
-                        column("last"), column("created"), column("inverse_norms"), joined)
+                        column("last"), column("created"), column("inverse_norms"), joined, sources)

@@ -5,6 +5,7 @@ load's snapshot shows at the next check; anything malformed from PostgreSQL is a
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import psycopg
 import pytest
 
 from memstream.errors import StoreError
+from memstream.records import Source
 from memstream.store import NewMemory, Store, StreamArrays, _load
 from memstream.store.postgres.grouped import PLAN, GroupReader, copy_sql
 from tests.memstream.helpers import run_sql
@@ -96,6 +98,32 @@ async def test_both_backends_load_the_same_arrays_and_texts_bit_for_bit(tmp_path
             assert got == loads["sqlite", 0], key
         else:
             assert got == first, key
+
+
+async def test_a_load_reads_the_sources_in_the_same_pass_on_sqlite_and_leaves_them_to_postgres(
+        tmp_path: Path, postgres_url: str) -> None:
+    names = [None, "Ann", "Zoë ✨", "", "\u2028"]
+    memories = [dataclasses.replace(m, source=Source(
+        author=names[i % 5], author_id=None if i % 4 == 0 else str(i % 9), channel=names[(i + 1) % 5],
+        channel_id=None if i % 6 == 0 else f"c{i % 3}", message_id=None if i % 7 == 0 else f"m{i}",
+        reply_to=f"m{i - 3}" if i % 5 == 0 else None)) for i, m in enumerate(_memories(1_500))]
+    location = tmp_path / "s.db"
+    async with await Store.open(location) as store:
+        await _fill(store, memories)
+        expected = {i: dataclasses.astuple(s) for i, s in (await store.sources("guild:1")).items()}
+    assert len(expected) > 500 and any(None in fields for fields in expected.values())
+    for readers in (1, 3):
+        async with await Store.open(location, load_processes=readers) as store:
+            loaded = await store.load_stream("guild:1", texts=True, sources=True)
+            assert loaded.sources is not None
+            assert dict(zip(loaded.ids.tolist(), loaded.sources, strict=True)) == expected, readers
+            assert (await store.load_stream("guild:1", texts=True)).sources is None
+    async with await Store.open(location) as store, store.transaction():
+        loaded = await store.load_stream("guild:1", texts=True, sources=True)
+        assert loaded.sources is not None and dict(zip(loaded.ids.tolist(), loaded.sources, strict=True)) == expected
+    async with await Store.open(postgres_url) as store:
+        await store.insert(memories[:10])
+        assert (await store.load_stream("guild:1", texts=True, sources=True)).sources is None  # read apart there
 
 
 async def test_an_empty_stream_loads_as_no_rows_on_both(tmp_path: Path, postgres_url: str) -> None:

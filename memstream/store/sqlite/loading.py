@@ -57,7 +57,8 @@ class Loading(Rows):
         if workers > 1:
             try:
                 parts = await asyncio.to_thread(_load.load_in_processes, sqlite_module().__name__, self.path,
-                                                stream, int(low), int(high), count, dim, workers, texts=texts)
+                                                stream, int(low), int(high), count, dim, workers, texts=texts,
+                                                sources=sources)
                 return part_arrays(parts, dim, texts=texts)
             except _load.LoadError as exc:
                 raise StoreError(str(exc)) from exc
