@@ -38,10 +38,10 @@ class Block(NamedTuple):
 
     @classmethod
     def of(cls, tids: I64, slots: I64, tfs: I64, terms: int, documents: int) -> Block:
-        """The block of these postings ((term, slot) pairs listed once each) of `terms` terms and `documents`
-        document slots."""
-        if tids.size > 1 and not _sorted(tids, slots):
-            by_term = np.lexsort((slots, tids))
+        """The block of these postings ((term, slot) pairs listed once each, each term's in slot order: as
+        documents are gathered and as a compaction lists them) of `terms` terms and `documents` document slots."""
+        if tids.size > 1 and (np.diff(tids) < 0).any():
+            by_term = np.argsort(tids, kind="stable")  # (term, slot) order: each term's were in slot order
             tids, slots, tfs = tids[by_term], slots[by_term], tfs[by_term]
         by_slot = np.argsort(slots, kind="stable")  # (within a slot, by term: they are sorted by term)
         return cls(_starts(tids, terms), slots, tfs, _starts(slots, documents), tids[by_slot])
@@ -117,10 +117,3 @@ def _starts(keys: I64, size: int) -> I64:
     out = np.zeros(size + 1, np.int64)
     np.cumsum(np.bincount(keys, minlength=size)[:size], out=out[1:])
     return out
-
-
-def _sorted(tids: I64, slots: I64) -> bool:
-    """Whether the postings are in (term, slot) order (one chunk's, as np.unique left them)."""
-    step = np.diff(tids)
-    return bool((step >= 0).all() and (np.diff(slots)[step == 0] > 0).all())
-

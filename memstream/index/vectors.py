@@ -223,19 +223,19 @@ class StreamVectors:
         assert context is not None
         return context
 
-    def index(self, ids: Sequence[int], texts: Sequence[str], *, language: str | None,
-              context: bool) -> StreamContext | None:
+    def index(self, ids: Sequence[int], texts: Sequence[str], *, language: str | None, context: bool,
+              chunk: int = _TEXT_CHUNK) -> StreamContext | None:
         """Start the lexical index (its words stemmed in `language`; None: no lexical index) and, with `context`,
         the context, from the texts of every row's memory (given by id, in any order), reading each text's words
-        once, a chunk of rows at a time (postings.py); the context's sources follow (StreamContext.set_sources)."""
+        once, `chunk` rows at a time (postings.py); the context's sources follow (StreamContext.set_sources)."""
         rows = self.ids.tolist()
         if len(ids) != len(rows) or list(ids) != rows:  # (a load gives them in row order: no mapping needed)
             by_id = dict(zip([int(i) for i in ids], texts, strict=True))
             texts = [by_id.get(memory_id, "") for memory_id in rows]
         gathered = Postings(language) if language is not None else None
         timed = np.zeros(len(rows), np.bool_)
-        for start in range(0, len(rows), _TEXT_CHUNK):
-            part = texts[start:start + _TEXT_CHUNK]
+        for start in range(0, len(rows), chunk):
+            part = texts[start:start + chunk]
             said = words_of(part)
             if gathered is not None:
                 gathered.feed(said)

@@ -66,13 +66,16 @@ WORDS = ["paint", "painting", "sunrise", "the", "boat", "Klaus", "party", "2024"
 @given(st.lists(st.lists(st.sampled_from(WORDS), max_size=6).map(" ".join), min_size=1, max_size=30),
        st.lists(st.tuples(st.sampled_from(["add", "remove", "edit"]), st.integers(0, 50), st.integers(0, 10**6)),
                 max_size=30),
-       st.lists(st.sampled_from(WORDS), min_size=1, max_size=3), st.sampled_from([1, 2, 4096]))
+       st.lists(st.sampled_from(WORDS), min_size=1, max_size=3), st.sampled_from([1, 2, 4096]),
+       st.sampled_from([1, 3, 10_000]))
 def test_a_bulk_loaded_index_equals_the_reference_after_any_writes(loaded: list[str], ops: list[tuple[str, int, int]],
-                                                                  query: list[str], compact_after: int) -> None:
+                                                                  query: list[str], compact_after: int,
+                                                                  chunk: int) -> None:
     vectors = StreamVectors()
     ids = list(range(1, len(loaded) + 1))
     vectors.append(ids, np.ones((len(ids), 3), np.float32), [5.0] * len(ids), [0.0] * len(ids), [0.0] * len(ids))
-    vectors.index(ids[::-1], loaded[::-1], language="english", context=False)  # (any order, as a load gives)
+    # (in any order, as a load gives them; a chunk of 1 or 3: postings gathered over many chunks)
+    vectors.index(ids[::-1], loaded[::-1], language="english", context=False, chunk=chunk)
     assert vectors.terms is not None
     vectors.terms.compact_after = compact_after  # 1-2: compactions folding the lists beside the block, often
     held = dict(zip(ids, loaded, strict=True))
