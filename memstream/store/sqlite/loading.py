@@ -46,25 +46,28 @@ class Loading(Rows):
             return sink_arrays(_load.Sink(0, dim, texts=texts, sources=sources))
         if self.path == ":memory:" or self._in_transaction:
             sink = _load.Sink(count, dim, texts=texts, sources=sources)
-            async with self.conn.execute(_load.select_ready(texts=texts, sources=sources), (stream, low, high)) as cur:
+            query = _load.select_ready(texts=texts, sources=sources, seek=_load.seeks(count, int(low), int(high)))
+            async with self.conn.execute(query, (stream, low, high)) as cur:
                 while rows := list(await cur.fetchmany(_load.CHUNK)):
                     try:
                         sink.put(rows)
                     except _load.LoadError as exc:
                         raise StoreError(str(exc)) from exc
             return sink_arrays(sink)
+        seek = _load.seeks(count, int(low), int(high))  # its rows are interleaved with other streams'
         workers = self._load_workers(count)
         if workers > 1:
             try:
                 parts = await asyncio.to_thread(_load.load_in_processes, sqlite_module().__name__, self.path,
                                                 stream, int(low), int(high), count, dim, workers, texts=texts,
-                                                sources=sources)
+                                                sources=sources, seek=seek)
                 return part_arrays(parts, dim, texts=texts)
             except _load.LoadError as exc:
                 raise StoreError(str(exc)) from exc
             except _load.WorkerFailed as exc:
                 log.warning("loading stream %r in %d processes failed (%s); loading it here", stream, workers, exc)
-        return await asyncio.to_thread(self._read_range, stream, int(low), int(high), count, dim, texts, sources)
+        return await asyncio.to_thread(self._read_range, stream, int(low), int(high), count, dim, texts, sources,
+                                       seek)
 
     def _load_workers(self, count: int) -> int:
         """How many processes read a stream of `count` rows (1: this one)."""
@@ -78,10 +81,10 @@ class Loading(Rows):
         return max(1, min(cores, MAX_LOAD_PROCESSES, count // (PARALLEL_LOAD_ROWS // 2)))
 
     def _read_range(self, stream: str, low: int, high: int, count: int, dim: int, texts: bool,
-                    sources: bool) -> StreamArrays:
+                    sources: bool, seek: bool) -> StreamArrays:
         sink = _load.Sink(count, dim, texts=texts, sources=sources)
         try:
-            _load.read_range(_load.read_only(sqlite_module(), self.path), stream, low, high, sink)
+            _load.read_range(_load.read_only(sqlite_module(), self.path), stream, low, high, sink, seek=seek)
         except _load.LoadError as exc:
             raise StoreError(str(exc)) from exc
         except sqlite_module().Error as exc:
