@@ -16,16 +16,20 @@ Plain rules, the same for the fast path (context.py, hybrid.py) and the referenc
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
-from memstream.index.lexical import STOP_WORDS
+import numpy as np
+import numpy.typing as npt
+
+from memstream.index.words import STOP_WORDS, Words, words
 from memstream.records import Source
 
-__all__ = ["asks_when", "author_key", "channel_key", "holds_time", "named"]
+__all__ = ["asks_when", "author_key", "channel_key", "hold_times", "holds_time", "named"]
 
 _WORD = re.compile(r"[^\W_]+")
 _MENTION = re.compile(r"<@!?(\d+)>")
 _DIGIT = re.compile(r"\d")
+_CENTURIES = frozenset({"18", "19", "20"})
 _TIME_TEXT = """
 yesterday today tonight tomorrow ago recently earlier later lately soon week weeks weekend weekends month months
 year years day days morning afternoon evening night nights last next ago monday tuesday wednesday thursday friday
@@ -42,18 +46,49 @@ _COMMON_NAMES = frozenset({"will", "may", "mark", "bill", "rose", "grace", "joy"
 
 def holds_time(text: str) -> bool:
     """Whether a memory's text holds a date or a time word."""
-    if not TIME_WORDS.isdisjoint(_WORD.findall(text.lower())):
-        return True
-    return _DIGIT.search(text) is not None and _TIME_PATTERN.search(text) is not None  # (every pattern has a digit)
+    return not TIME_WORDS.isdisjoint(words(text)) or _holds_date(text)
+
+
+def hold_times(texts: Sequence[str], said: Words) -> npt.NDArray[np.bool_]:
+    """holds_time of each text, given their words (words.words_of), at once: each distinct word is looked at
+    once, and the date pattern is searched only in the texts holding a word it could match."""
+    kinds = [1 if word in TIME_WORDS else 2 if _may_date(word) else 0 for word in said.distinct]
+    kind = np.asarray(kinds, np.int8)[said.codes]
+    docs = said.docs()
+    timed = np.zeros(len(texts), np.bool_)
+    timed[docs[kind == 1]] = True
+    maybe = np.zeros(len(texts), np.bool_)
+    maybe[docs[kind == 2]] = True
+    for i in np.flatnonzero(maybe & ~timed).tolist():
+        timed[i] = _TIME_PATTERN.search(texts[i]) is not None
+    return timed
+
+
+def _holds_date(text: str) -> bool:
+    # The date pattern costs ~7 us a text: searched only where _may_date says it could match.
+    if _DIGIT.search(text) is None and "may" not in text.lower():
+        return False
+    return any(map(_may_date, words(text))) and _TIME_PATTERN.search(text) is not None
+
+
+def _may_date(word: str) -> bool:
+    """Whether the date pattern could match within this word (lower-cased, words.words): every match of it holds
+    a run of 1-2 digits (a clock time, an ordinal, a date), a run of 4 digits from 18, 19 or 20 (a year), or the
+    word "may". A word of ASCII digits only is its own run; any other word with a digit may hold one."""
+    if word.isalpha():
+        return word == "may"
+    if word.isascii() and word.isdigit():
+        return len(word) <= 2 or (len(word) == 4 and word[:2] in _CENTURIES)
+    return True
 
 
 def asks_when(query: str) -> bool:
     """Whether a query asks when something happened (English)."""
-    words = _WORD.findall(query.lower())
-    for i, word in enumerate(words):
+    said = _WORD.findall(query.lower())
+    for i, word in enumerate(said):
         if word == "when":
             return True
-        following = words[i + 1] if i + 1 < len(words) else ""
+        following = said[i + 1] if i + 1 < len(said) else ""
         if (word in ("what", "which") and following in _UNITS) or (word == "how" and following == "long"):
             return True
     return False

@@ -22,7 +22,6 @@ list (its common words weigh little or nothing by the idf above).
 from __future__ import annotations
 
 import math
-import re
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -30,73 +29,20 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from memstream.index import _kernels as kernels
+from memstream.index.postings import Block, Postings
+from memstream.index.words import stems, terms, words
 from memstream.store.arrays import F64, I64
 
-__all__ = ["K1", "B", "StreamTerms", "bm25_reference", "stems", "terms"]
+__all__ = ["K1", "B", "StreamTerms", "bm25_reference"]
 
 K1 = 1.2
 B = 0.75
-# Memory of the lexical index (nbytes), measured with sys.getsizeof on 10k chat-like texts (13.3 MB).
-_TERM_BYTES = 250  # its word, its vocabulary entry, two empty posting arrays
-_POSTING_BYTES = 34  # slot and count (8 B each, grown by an eighth), the term in the document's list
-_SLOT_BYTES = 72  # a document's term list
-
-_WORD = re.compile(r"[^\W_]+")
-_MEMO_WORDS = 1_000_000  # per language: the words seen, each with its term (None: a stop word)
-_STOP_TEXT = """
-# noqa: SIM905 (a word list reads better as text) a about above after again against all am an and any are as
-at be been before being below between both but by can could did do does doing don down during each few for
-from further had has have having he her here hers herself him himself his how i if in into is it its itself
-just let me more most my myself no nor not now of off on once only or other ought our ours ourselves out over
-own same she should so some such t than that the their theirs them themselves then there these they this those
-through to too under until up very was we were what when where which while who whom why will with would you
-your yours yourself yourselves m re ve ll d s
-"""
-STOP_WORDS = frozenset(_STOP_TEXT.split())
-
-
-class _Stems:
-    """One language's word -> term rule, with a memo (stemming a word costs ~25 us; a stream has few words)."""
-
-    def __init__(self, language: str) -> None:
-        self.stop = STOP_WORDS if language in ("english", "porter") else frozenset()
-        if language == "none":
-            self.stemmer = None
-        else:  # imported when a stream is first indexed, not by every command (its 36 languages cost 16 ms)
-            import snowballstemmer
-
-            self.stemmer = snowballstemmer.stemmer(language)
-        self.memo: dict[str, str | None] = {}
-
-    def term(self, word: str) -> str | None:
-        found = self.memo.get(word, "")
-        if found != "":
-            return found
-        if word.isdigit():  # a number has no stem (and numbers would fill the memo)
-            return word
-        term = None if word in self.stop else word if self.stemmer is None else self.stemmer.stemWord(word)
-        if len(self.memo) < _MEMO_WORDS:
-            self.memo[word] = term
-        return term
-
-
-def stems(language: str, _made: dict[str, _Stems] = {}) -> _Stems:  # noqa: B006 (one per language)
-    """The word -> term rule of a language ("english", another Snowball language, or "none")."""
-    found = _made.get(language)
-    if found is None:
-        found = _made[language] = _Stems(language)
-    return found
-
-
-def terms(text: str, language: str = "english") -> list[str]:
-    """The indexed terms of a text, in order (stop words left out)."""
-    rule = stems(language)
-    out = []
-    for word in _WORD.findall(text.lower()):
-        term = rule.term(word)
-        if term is not None:
-            out.append(term)
-    return out
+# Memory of the lexical index (nbytes), measured with tracemalloc on 10k chat-like texts: 3.9 MB loaded in bulk, 7.9
+# MB added one by one.
+_TERM_BYTES = 120  # its word and its vocabulary entry
+_LIST_BYTES = 200  # a term's two posting lists beside the block, and their entries
+_POSTING_BYTES = 34  # in those lists: slot and count (8 B each, grown by an eighth), the term in the document's list
+_SLOT_BYTES = 72  # a document's term list, beside the block
 
 
 def _idf(live: int, df: int) -> float:
@@ -127,21 +73,26 @@ class StreamTerms:
 
     Each text added gets a document slot; postings name slots, and each slot knows its current row (-1 once
     removed). A slot's distinct terms are kept so that a removal lowers the document frequencies at once.
+    The postings of a stream's load and of each compaction are one block of arrays (postings.py: built by numpy
+    in one pass, a term's postings a slice of it); a text added later gets its postings in a list per term
+    beside the block, read after the term's slice.
     """
 
-    def __init__(self, language: str = "english") -> None:
+    def __init__(self, language: str = "english", *, compact_after: int = 4096) -> None:
         self.language = language
+        self.compact_after = compact_after  # removed documents still listed before a compaction, at least
         self._vocab: dict[str, int] = {}
-        self._slots: list[array[int]] = []  # per term: document slots
-        self._tfs: list[array[int]] = []  # per term: occurrences in that document
-        self._df: array[int] = array("q")  # per term: live documents holding it
+        self._block = Block.empty()  # the postings of the load or of the last compaction
+        self._slots: dict[int, array[int]] = {}  # per term: the document slots added since the block
+        self._tfs: dict[int, array[int]] = {}  # per term: occurrences in those documents
+        self._df: I64 = np.zeros(64, np.int64)  # per term: live documents holding it
         self._slot_row: I64 = np.zeros(64, np.int64)
         self._slot_len: I64 = np.zeros(64, np.int64)
-        self._slot_terms: list[array[int]] = []
+        self._slot_terms: list[array[int]] = []  # per slot added since the block: its terms
         self._row_slot: I64 = np.zeros(64, np.int64)
         self._used = 0
         self._dead = 0  # removed documents whose postings are still listed
-        self._postings = 0  # (slot, term) pairs listed, for nbytes
+        self._postings = 0  # (slot, term) pairs listed beside the block, for nbytes
         self.live = 0
         self.live_length = 0
 
@@ -151,13 +102,30 @@ class StreamTerms:
         """Index texts as the rows first_row, first_row + 1, ..."""
         row = first_row
         for text in texts:
-            self._add(row, text)
+            self._add(row, words(text))
             row += 1
+
+    def load(self, first_row: int, gathered: Postings) -> None:
+        """Into an empty index: the documents gathered in bulk (postings.py), as rows first_row, ..."""
+        if self._used:
+            raise ValueError("a lexical index is loaded in bulk only when empty")
+        self._vocab = gathered.vocab
+        n = gathered.documents
+        self._grow_slots(n)
+        self._grow_rows(first_row + n)
+        rows = np.arange(first_row, first_row + n, dtype=np.int64)
+        self._slot_row[:n] = rows
+        self._row_slot[rows] = np.arange(n, dtype=np.int64)
+        lengths = gathered.lengths()
+        self._slot_len[:n] = lengths
+        self._used = self.live = n
+        self.live_length = int(lengths.sum())
+        self._seal(*gathered.postings())
 
     def replace(self, row: int, text: str) -> None:
         """A row's text changed."""
         self.remove(row)
-        self._add(row, text)
+        self._add(row, words(text))
 
     def remove(self, row: int) -> None:
         """A row's memory is gone."""
@@ -168,27 +136,34 @@ class StreamTerms:
         self._row_slot[row] = -1
         self.live -= 1
         self.live_length -= int(self._slot_len[slot])
-        for term in self._slot_terms[slot]:
-            self._df[term] -= 1
-        self._slot_terms[slot] = array("q")
+        if slot < self._block.documents:
+            self._df[self._block.terms_of(slot)] -= 1
+        else:
+            held = self._slot_terms[slot - self._block.documents]
+            self._df[np.frombuffer(held, dtype=np.int64)] -= 1
+            self._slot_terms[slot - self._block.documents] = array("q")
         self._dead += 1
-        if self._dead > max(4096, self.live):
+        if self._dead > max(self.compact_after, self.live):
             self._compact()
 
     def _compact(self) -> None:
-        """Drop the postings of removed documents (amortized: once as many have gone as are left)."""
-        for tid, slots in enumerate(self._slots):
-            if not slots:
-                continue
-            at = np.frombuffer(slots, dtype=np.int64)
-            keep = self._slot_row[at] >= 0
-            if not keep.all():
-                tfs = np.frombuffer(self._tfs[tid], dtype=np.int64)
-                self._slots[tid] = array("q", at[keep].tobytes())
-                self._tfs[tid] = array("q", tfs[keep].tobytes())
+        """Drop the postings of removed documents, and fold every list beside the block into it (amortized:
+        once as many have gone as are left)."""
+        parts = [self._block.postings()]
+        for tid, listed in self._slots.items():
+            at = np.frombuffer(listed, dtype=np.int64)
+            parts.append((np.full(at.size, tid, np.int64), at.copy(), np.frombuffer(self._tfs[tid], np.int64).copy()))
             del at
-        self._dead = 0
-        self._postings = sum(len(slots) for slots in self._slots)
+        tids, slots, tfs = (np.concatenate([part[i] for part in parts]) for i in range(3))
+        live = self._slot_row[slots] >= 0
+        self._seal(tids[live], slots[live], tfs[live])
+
+    def _seal(self, tids: I64, slots: I64, tfs: I64) -> None:
+        """Make these postings (every one listed) the block, covering every slot used so far."""
+        self._block = Block.of(tids, slots, tfs, len(self._vocab), self._used)
+        self._df = np.bincount(tids, minlength=max(64, len(self._vocab))).astype(np.int64)
+        self._slots, self._tfs, self._slot_terms = {}, {}, []
+        self._dead = self._postings = 0
 
     def move(self, source: int, target: int) -> None:
         """The memory in row `source` now sits in row `target`."""
@@ -199,24 +174,22 @@ class StreamTerms:
         if slot >= 0:
             self._slot_row[slot] = target
 
-    def _add(self, row: int, text: str) -> None:
-        counts = Counter(terms(text, self.language))
+    def _add(self, row: int, said: list[str]) -> None:
+        rule = stems(self.language)
+        counts = Counter(term for term in map(rule.term, said) if term is not None)
         slot = self._used
-        if slot >= len(self._slot_row):
-            self._slot_row = _grown(self._slot_row, slot + 1)
-            self._slot_len = _grown(self._slot_len, slot + 1)
+        self._grow_slots(slot + 1)
         self._grow_rows(row + 1)
         self._used += 1
         ids = array("q")
         for term, tf in counts.items():
             tid = self._vocab.get(term)
             if tid is None:
-                tid = self._vocab[term] = len(self._slots)
-                self._slots.append(array("q"))
-                self._tfs.append(array("q"))
-                self._df.append(0)
-            self._slots[tid].append(slot)
-            self._tfs[tid].append(tf)
+                tid = self._vocab[term] = len(self._vocab)
+                if tid >= len(self._df):
+                    self._df = _grown(self._df, tid + 1)
+            self._slots.setdefault(tid, array("q")).append(slot)
+            self._tfs.setdefault(tid, array("q")).append(tf)
             self._df[tid] += 1
             ids.append(tid)
         self._postings += len(ids)
@@ -230,9 +203,14 @@ class StreamTerms:
 
     def nbytes(self) -> int:
         """About the memory this index holds (per term, posting and document, as measured)."""
-        arrays = self._slot_row.nbytes + self._slot_len.nbytes + self._row_slot.nbytes
-        return (len(self._slots) * _TERM_BYTES + self._postings * _POSTING_BYTES + self._used * _SLOT_BYTES
-                + arrays)
+        arrays = self._slot_row.nbytes + self._slot_len.nbytes + self._row_slot.nbytes + self._df.nbytes
+        return (len(self._vocab) * _TERM_BYTES + self._block.nbytes() + len(self._slots) * _LIST_BYTES
+                + self._postings * _POSTING_BYTES + len(self._slot_terms) * _SLOT_BYTES + arrays)
+
+    def _grow_slots(self, size: int) -> None:
+        if size > len(self._slot_row):
+            self._slot_row = _grown(self._slot_row, size)
+            self._slot_len = _grown(self._slot_len, size)
 
     def _grow_rows(self, size: int) -> None:
         if size > len(self._row_slot):
@@ -253,22 +231,28 @@ class StreamTerms:
             tid = self._vocab.get(term)
             if tid is None or self._df[tid] == 0:
                 continue
-            idf = _idf(self.live, self._df[tid])
+            idf = _idf(self.live, int(self._df[tid]))
             if idf <= 0.0:
                 continue
-            slots = np.frombuffer(self._slots[tid], dtype=np.int64)
-            if compiled:
-                tfs = np.frombuffer(self._tfs[tid], dtype=np.int64)
-                kernels.loops()["bm25"](out, slots, tfs, self._slot_row, self._slot_len, idf, avg, K1, B)
+            self._score(out, *self._block.of_term(tid), idf, avg, compiled)
+            if tid in self._slots:
+                slots, tfs = np.frombuffer(self._slots[tid], np.int64), np.frombuffer(self._tfs[tid], np.int64)
+                self._score(out, slots, tfs, idf, avg, compiled)
                 del slots, tfs  # (a buffer still exported would keep the posting list from growing)
-                continue
-            found = self._slot_row[slots]
-            live = found >= 0
-            tf = np.frombuffer(self._tfs[tid], dtype=np.int64)[live].astype(np.float64)
-            length = self._slot_len[slots[live]].astype(np.float64)
-            out[found[live]] += idf * (tf * (K1 + 1.0)) / (tf + K1 * (1.0 - B + B * (length / avg)))
-            del slots
         return out
+
+    def _score(self, out: F64, slots: I64, tfs: I64, idf: float, avg: float, compiled: bool) -> None:
+        """One term's BM25 added to the rows of these postings."""
+        if not slots.size:
+            return
+        if compiled:
+            kernels.loops()["bm25"](out, slots, tfs, self._slot_row, self._slot_len, idf, avg, K1, B)
+            return
+        found = self._slot_row[slots]
+        live = found >= 0
+        tf = tfs[live].astype(np.float64)
+        length = self._slot_len[slots[live]].astype(np.float64)
+        out[found[live]] += idf * (tf * (K1 + 1.0)) / (tf + K1 * (1.0 - B + B * (length / avg)))
 
 
 def _grown(values: I64, size: int, fill: int = 0) -> I64:

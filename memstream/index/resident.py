@@ -6,7 +6,9 @@ held, in least recently used order, with each stream's size (StreamVectors.nbyte
 the budget, `over` names the streams to drop: those larger than the whole budget first, then the least
 recently used. A stream being scored, loaded or written (`busy`) is never named, nor the one that grew
 (`keep`): so the total stays within the budget plus one stream. A dropped stream is reloaded from the store
-on its next query (the store holds every committed write: nothing is lost while it is away).
+on its next query (the store holds every committed write: nothing is lost while it is away), and room is made
+for it before its reload, at the size it had (`expected`): only a stream never loaded before can take the
+total past the budget, by its own size, until its load ends.
 """
 
 from __future__ import annotations
@@ -19,14 +21,15 @@ from memstream.records import ResidentStats
 
 __all__ = ["RESIDENT_MB", "Resident", "bytes_per_memory"]
 
-# The default budget: 1 GiB holds about 400k memories of 384 dimensions (about 2.6 KB each with the screen and
-# the lexical index: README, Memory per process), 40 streams of 10k, on a host with 2 GiB for the bot.
+# The default budget: 1 GiB holds about 330k memories of 384 dimensions (about 3.2 KB each with the screen, the
+# lexical index and the context: README, Memory per process), 33 streams of 10k, on a host with 2 GiB for the bot.
 RESIDENT_MB = 1024
 # Per memory, beside its row and screen row: id, importance, last access, creation, recency proxy (8 B each), inverse
-# norm (4 B); and the lexical index's share (`python -m bench.resident`: 3,062 B per memory of 384 dimensions
-# in all, of which 714 lexical).
+# norm (4 B); and the share of the lexical index and the context (`python -m bench.resident --profile hybrid`:
+# 3,087 B per memory of 384 dimensions in all, 735 of them these two's; Discord's message ids and replies add
+# about 150 to the context).
 _COLUMN_BYTES = 44
-_LEXICAL_BYTES = 720
+_LEXICAL_BYTES = 890
 
 
 class Resident:
@@ -40,6 +43,7 @@ class Resident:
         self._total = 0
         self._pins: Counter[str] = Counter()
         self._dropped: set[str] = set()  # dropped for the budget, not reloaded yet
+        self._last: dict[str, int] = {}  # the size each stream had when it was last dropped
         self.drops = 0
         self.reloads = 0
 
@@ -58,7 +62,14 @@ class Resident:
 
     def forget(self, stream: str) -> None:
         """A stream's matrix is gone (dropped for any reason)."""
-        self._total -= self._sizes.pop(stream, 0)
+        size = self._sizes.pop(stream, None)
+        if size is not None:
+            self._total -= size
+            self._last[stream] = size
+
+    def expected(self, stream: str) -> int:
+        """About what a stream will hold once loaded: its size when last dropped (0: never loaded here)."""
+        return 0 if stream in self._sizes else self._last.get(stream, 0)
 
     def evicted(self, stream: str) -> None:
         """A stream is about to be dropped for the budget (counted; its next load is a reload)."""
@@ -84,12 +95,13 @@ class Resident:
         """Bytes held by every resident stream."""
         return self._total
 
-    def over(self, keep: str, busy: Callable[[str], bool]) -> list[str]:
-        """The streams to drop to bring the total within the budget: larger than the whole budget first, then
-        least recently used; never `keep` nor a busy one (so the total may stay above while they are held)."""
+    def over(self, keep: str, busy: Callable[[str], bool], incoming: int = 0) -> list[str]:
+        """The streams to drop to bring the total (and `incoming` bytes about to be loaded) within the budget:
+        larger than the whole budget first, then least recently used; never `keep` nor a busy one (so the total
+        may stay above while they are held)."""
         if not self.budget:
             return []
-        excess = self.total() - self.budget
+        excess = self.total() + incoming - self.budget
         if excess <= 0:
             return []
         candidates = [s for s in self._sizes if s != keep and not busy(s)]
@@ -111,5 +123,6 @@ class Resident:
 def bytes_per_memory(dim: int, *, lexical: bool) -> int:
     """About what one memory of `dim` dimensions costs a loaded stream (StreamVectors.nbytes): its float32 row,
     its int16 screen row (a stream of 4k memories or more), its per-row columns, and with `lexical` its share
-    of the lexical index (measured on bench.data's chat-like texts: README, Memory per process)."""
+    of the lexical index and the context (measured on bench.data's chat-like texts with Discord's message ids:
+    README, Memory per process)."""
     return dim * 4 + dim * 2 + _COLUMN_BYTES + (_LEXICAL_BYTES if lexical else 0)

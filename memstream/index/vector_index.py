@@ -15,6 +15,7 @@ import numpy as np
 from memstream.config import StreamConfig
 from memstream.index import _kernels as kernels
 from memstream.index import _pages as pages
+from memstream.index import _release as release
 from memstream.index.grounding import Grounding
 from memstream.index.profiles import uses_context, uses_grounding, uses_lexical
 from memstream.index.resident import RESIDENT_MB, Resident
@@ -95,6 +96,7 @@ class VectorIndex:
             return found
         task = self._loading.get(stream)
         if task is None:
+            self._make_room(stream)
             self._journals[stream] = []
             task = asyncio.ensure_future(self._load(stream))
             self._loading[stream] = task
@@ -103,21 +105,24 @@ class VectorIndex:
     async def _load(self, stream: str) -> StreamVectors:
         generation = self._generation.get(stream, 0)
         try:
-            arrays = await self.store.load_stream(stream, texts=self.lexical or self.context)
-            # After the rows: every reflection they hold committed its evidence in its own transaction, so this
-            # later read has it (one saved in between is in both, or comes as an event, journaled below).
-            evidence = await self.store.evidence_links(stream) if self.grounding else None
+            # The rows and the reflections' evidence, read at once: evidence saved between the two reads, or
+            # after them, comes as an event meanwhile (journaled below, since before either read began).
+            arrays, evidence = await asyncio.gather(
+                self.store.load_stream(stream, texts=self.lexical or self.context, sources=self.context),
+                self.store.evidence_links(stream) if self.grounding else _nothing())
             vectors = await asyncio.to_thread(StreamVectors, arrays, copy=False, screen_bytes=self.screen_bytes)
+            vectors.screen_after = 1  # its screen built by its second query, not its first (StreamVectors.screen)
             pages.collapse_in_background(vectors)
-            if self.lexical:
-                await asyncio.to_thread(vectors.index_texts, arrays.ids.tolist(), arrays.texts or [],
-                                        self.language)
+            if self.lexical or self.context:
+                context = await asyncio.to_thread(vectors.index, arrays.ids.tolist(), arrays.texts or [],
+                                                  language=self.language if self.lexical else None,
+                                                  context=self.context)
+                if context is not None and arrays.sources is not None:
+                    context.load_sources(arrays.ids.tolist(), arrays.sources)
+                elif context is not None:
+                    context.set_sources(await self.store.sources(stream), arrays.ids.tolist())
             if evidence is not None:
                 vectors.grounding = Grounding(evidence)
-            if self.context:
-                context = await asyncio.to_thread(vectors.index_context, arrays.ids.tolist(), arrays.texts or [])
-                asked = arrays.ids.tolist()
-                context.set_sources(await self.store.sources(stream), asked)
             for op in self._journals.get(stream, []):
                 op(vectors)
             if self._generation.get(stream, 0) == generation:
@@ -191,9 +196,20 @@ class VectorIndex:
         if self._streams.get(stream) is not vectors:
             return
         self.resident.account(stream, vectors.nbytes())
-        for victim in self.resident.over(stream, self._busy):
+        self._evict(self.resident.over(stream, self._busy))
+
+    def _make_room(self, stream: str) -> None:
+        """Before a stream's reload: drop others until it fits within the budget at the size it had."""
+        expected = self.resident.expected(stream)
+        if expected:
+            self._evict(self.resident.over(stream, self._busy, incoming=expected))
+
+    def _evict(self, victims: Sequence[str]) -> None:
+        for victim in victims:
             self.resident.evicted(victim)
             self.drop(victim)
+        if victims:
+            release.soon()  # what they held, back to the system
 
     def _busy(self, stream: str) -> bool:
         lock = self._locks.get(stream)
@@ -274,6 +290,10 @@ class VectorIndex:
 
     def _lock(self, stream: str) -> asyncio.Lock:
         return self._locks.setdefault(stream, asyncio.Lock())
+
+
+async def _nothing() -> None:
+    return None
 
 
 def _updated(event: MemoryUpdated) -> Op:

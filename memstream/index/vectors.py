@@ -20,9 +20,12 @@ import numpy.typing as npt
 from memstream.index import _kernels as kernels
 from memstream.index import _pages as pages
 from memstream.index.context import StreamContext
+from memstream.index.cues import hold_times
 from memstream.index.grounding import Grounding
 from memstream.index.lexical import StreamTerms
+from memstream.index.postings import Postings
 from memstream.index.screen import Screen
+from memstream.index.words import words_of
 from memstream.store import StreamArrays
 from memstream.store.arrays import F32, F64, I64, inverse_norms, large_empty
 
@@ -30,6 +33,8 @@ __all__ = ["SCREEN_BYTES", "SCREEN_ROWS", "StreamVectors"]
 
 _MIN_BLOCK = 256
 _CHUNK = 8192
+# Texts indexed in bulk a chunk at a time (their words are held meanwhile).
+_TEXT_CHUNK = 32_768
 # Rows whose norm is outside this range could underflow or overflow in float32 arithmetic: a stream that
 # holds one is scored without trusting its float32 cosines (see exact.error_bound).
 _NORM_RANGE = (2.0**-60, 2.0**60)
@@ -56,6 +61,7 @@ class StreamVectors:
                  screen_rows: int = SCREEN_ROWS, screen_bytes: int = SCREEN_BYTES) -> None:
         self.n = 0
         self.screen_rows, self.screen_bytes = screen_rows, screen_bytes
+        self.screen_after = 0  # queries that read the rows before the screen is built (see screen())
         self._screen: Screen | None = None
         self.terms: StreamTerms | None = None  # the lexical index, when the profile uses one (index_texts)
         self.grounding: Grounding | None = None  # each reflection's grounding, when the profile uses it
@@ -129,8 +135,13 @@ class StreamVectors:
     def screen(self) -> Screen | None:
         """The rows at half the bytes, for pass 1 (screen.py), built on first use and kept in step with every
         write from then on; None for a stream of fewer than `screen_rows` rows, one whose screen would take more
-        than `screen_bytes`, or without the compiled loops."""
+        than `screen_bytes`, or without the compiled loops; None also for the first `screen_after` queries that
+        ask (VectorIndex: the first after a load, so that a stream loaded for one query, as a cold stream under the
+        resident budget often is, never builds it: 6-13 ms at 10k memories, 1-2 s at 1M)."""
         if self._screen is None and self.n >= max(1, self.screen_rows) and self._screen_fits() and kernels.ready():
+            if self.screen_after > 0:
+                self.screen_after -= 1
+                return None
             screen = Screen(self.dim, self._starts, [len(block) for block in self._blocks])
             screen.fill(list(self.blocks()))
             self._screen = screen
@@ -174,7 +185,7 @@ class StreamVectors:
 
     def nbytes(self) -> int:
         """The memory this stream holds (the resident budget, resident.py): its filled rows, its screen, every
-        per-row array, its lexical index and grounding (those two estimated)."""
+        per-row array, its lexical index, context and grounding (those three estimated)."""
         total = self.n * self.dim * 4
         if self._screen is not None:
             total += self._screen.n * (self.dim * 2 + 4)
@@ -182,6 +193,8 @@ class StreamVectors:
         total += sum(value.nbytes for value in arrays if isinstance(value, np.ndarray))
         if self.terms is not None:
             total += self.terms.nbytes()
+        if self.context is not None:
+            total += self.context.nbytes()
         if self.grounding is not None:
             total += len(self.grounding.value) * _GROUNDING_ITEM_BYTES
         return total
@@ -204,21 +217,41 @@ class StreamVectors:
     def index_texts(self, ids: Sequence[int], texts: Sequence[str], language: str = "english") -> None:
         """Start the lexical index from the texts of every row's memory (given by id, in any order), its words
         stemmed by `language`'s Snowball stemmer (lexical.py)."""
-        by_id = dict(zip([int(i) for i in ids], texts, strict=True))
-        terms = StreamTerms(language)
-        for row, memory_id in enumerate(self.ids.tolist()):
-            terms.add(row, [by_id.get(memory_id, "")])
-        self.terms = terms
+        self.index(ids, texts, language=language, context=False)
 
     def index_context(self, ids: Sequence[int], texts: Sequence[str]) -> StreamContext:
         """Start the context (context.py) from the texts of every row's memory (given by id, in any order); the
         sources follow (StreamContext.set_sources)."""
-        by_id = dict(zip([int(i) for i in ids], texts, strict=True))
-        context = StreamContext()
-        rows = self.ids.tolist()
-        context.add(0, rows, self.created.tolist(), [by_id.get(memory_id, "") for memory_id in rows])
-        self.context = context
+        context = self.index(ids, texts, language=None, context=True)
+        assert context is not None
         return context
+
+    def index(self, ids: Sequence[int], texts: Sequence[str], *, language: str | None, context: bool,
+              chunk: int = _TEXT_CHUNK) -> StreamContext | None:
+        """Start the lexical index (its words stemmed in `language`; None: no lexical index) and, with `context`,
+        the context, from the texts of every row's memory (given by id, in any order), reading each text's words
+        once, `chunk` rows at a time (postings.py); the context's sources follow (StreamContext.set_sources)."""
+        rows = self.ids.tolist()
+        if len(ids) != len(rows) or list(ids) != rows:  # (a load gives them in row order: no mapping needed)
+            by_id = dict(zip([int(i) for i in ids], texts, strict=True))
+            texts = [by_id.get(memory_id, "") for memory_id in rows]
+        gathered = Postings(language) if language is not None else None
+        timed = np.zeros(len(rows), np.bool_)
+        for start in range(0, len(rows), chunk):
+            part = texts[start:start + chunk]
+            said = words_of(part)
+            if gathered is not None:
+                gathered.feed(said)
+            if context:
+                timed[start:start + len(part)] = hold_times(part, said)
+        if gathered is not None:
+            self.terms = StreamTerms(language or "english")
+            self.terms.load(0, gathered)
+        if not context:
+            return None
+        self.context = StreamContext()
+        self.context.add(0, rows, self.created.tolist(), texts, timed=timed)
+        return self.context
 
     def memo(self, key: object, make: Callable[[], F64]) -> F64:
         """A per-row array computed from the rows' creation times and importance only (kept until rows are

@@ -29,12 +29,23 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = ["CHUNK", "LoadError", "Part", "Sink", "WorkerFailed", "inverse_norms", "large_empty",
-           "load_in_processes", "processes_available", "read_only", "read_range", "select_ready", "split"]
+           "load_in_processes", "processes_available", "read_only", "read_range", "seeks", "select_ready", "split"]
 
-# NOT INDEXED: walk the table in id order over a range of ids, not the stream index in time order.
-_SELECT_READY = ("SELECT id, importance, last_accessed_at, created_at, embedding{} FROM memories NOT INDEXED "
+# NOT INDEXED: walk the table in id order over a range of ids, not the stream index in time order, where the
+# stream holds much of its id range (a persona file of one server, a stream imported at once); INDEXED BY: its
+# own rows only, through the stream index, where many streams' rows are interleaved (a persona in many servers:
+# at 10M memories in 1,000 streams, 7.2 s to walk a 10k stream's id range, its own rows alone in milliseconds).
+_SELECT_READY = ("SELECT id, importance, last_accessed_at, created_at, embedding{} FROM memories {} "
                  "WHERE stream = ? AND status = 'ready' AND id BETWEEN ? AND ?")
+_WALK = "NOT INDEXED"
+_SEEK = "INDEXED BY memories_by_stream"
+# From this share of its id range on, a stream's rows are read by walking the range.
+WALK_DENSITY = 0.25
 CHUNK = 4096
+# A row's source, in the order of memstream.records.Source's fields.
+_SOURCE_COLUMNS = ", author, author_id, channel, channel_id, message_id, reply_to"
+_SOURCE_FIELDS = 6
+_NONE = 2**32 - 1  # a missing string's length, between processes
 _MMAP_LIMIT = 1 << 40  # SQLite caps it at its compile-time maximum
 _MADV_POPULATE_WRITE = 23  # Linux 5.14+; not exported by Python 3.11's mmap module
 # The small columns a worker sends back, in this order, after an 8-byte row count.
@@ -121,19 +132,28 @@ class _Populator:
             done += size
 
 
-def select_ready(*, texts: bool = False) -> str:
-    """The SQLite query of a stream's ready rows in an id range (stream, low, high), with texts or not."""
-    return _SELECT_READY.format(", text" if texts else "")
+def select_ready(*, texts: bool = False, sources: bool = False, seek: bool = False) -> str:
+    """The SQLite query of a stream's ready rows in an id range (stream, low, high), with texts or not, and
+    sources or not; walking the range, or with `seek` through the stream index."""
+    return _SELECT_READY.format((", text" if texts else "") + (_SOURCE_COLUMNS if sources else ""),
+                                _SEEK if seek else _WALK)
+
+
+def seeks(count: int, low: int, high: int) -> bool:
+    """Whether a stream of `count` rows with ids from `low` to `high` is read through its index (its rows are a
+    small share of the range: interleaved with other streams')."""
+    return count < WALK_DENSITY * (high - low + 1)
 
 
 class Sink:
     """Preallocated columns (and a matrix, given or made) filled chunk by chunk, in place; with `texts`, a list
-    of the rows' texts too."""
+    of the rows' texts too, and with `sources` of their sources (tuples in Source's field order)."""
 
     def __init__(self, capacity: int, dim: int, *, matrix: npt.NDArray[np.float32] | None = None,
-                 texts: bool = False) -> None:
+                 texts: bool = False, sources: bool = False) -> None:
         self.capacity, self.width, self.n = capacity, dim * 4, 0
         self.texts: list[str] | None = [] if texts else None
+        self.sources: list[tuple[str | None, ...]] | None = [] if sources else None
         self.ids = np.empty(capacity, np.int64)
         self.importance = np.empty(capacity, np.float32)
         self.last = np.empty(capacity, np.float64)
@@ -160,6 +180,9 @@ class Sink:
         self.inverse_norms[start:end] = inverse_norms(self.embeddings[start:end])
         if self.texts is not None:
             self.texts.extend([r[5] for r in rows])
+        if self.sources is not None:
+            after = 5 if self.texts is None else 6
+            self.sources.extend([tuple(r[after:]) for r in rows])
         self.n = end
 
     def columns(self) -> dict[str, npt.NDArray[Any]]:
@@ -167,11 +190,13 @@ class Sink:
         return {name: getattr(self, name)[: self.n] for name, _ in _COLUMNS}
 
 
-def read_range(connect: Any, stream: str, low: int, high: int, sink: Sink) -> None:
-    """Fill `sink` with the stream's ready rows whose ids are in [low, high], read through `connect()`."""
+def read_range(connect: Any, stream: str, low: int, high: int, sink: Sink, *, seek: bool = False) -> None:
+    """Fill `sink` with the stream's ready rows whose ids are in [low, high], read through `connect()` (with
+    `seek`, through the stream index)."""
     conn = connect()
     try:
-        cursor = conn.execute(select_ready(texts=sink.texts is not None), (stream, low, high))
+        cursor = conn.execute(select_ready(texts=sink.texts is not None, sources=sink.sources is not None,
+                                           seek=seek), (stream, low, high))
         while rows := cursor.fetchmany(CHUNK):
             sink.put(rows)
     finally:
@@ -205,11 +230,12 @@ def read_only(module: Any, path: str, *, mapped: bool = False) -> Any:
 @dataclass
 class Part:
     """What one reader read: its block of embeddings (a worker's: a view of shared memory), its columns and,
-    when asked for, its texts (in row order)."""
+    when asked for, its texts and sources (in row order)."""
 
     embeddings: npt.NDArray[np.float32]
     columns: dict[str, npt.NDArray[Any]]
     texts: list[str] | None = None
+    sources: list[tuple[str | None, ...]] | None = None
 
 
 def processes_available() -> bool:
@@ -225,9 +251,10 @@ def split(low: int, high: int, parts: int) -> list[tuple[int, int]]:
 
 
 def load_in_processes(module: str, path: str, stream: str, low: int, high: int, capacity: int, dim: int,
-                      workers: int, *, timeout: float = 600.0, texts: bool = False) -> list[Part]:
-    """The stream's ready rows with ids in [low, high] (and their texts, with `texts`), read by `workers`
-    processes, one block each.
+                      workers: int, *, timeout: float = 600.0, texts: bool = False,
+                      sources: bool = False, seek: bool = False) -> list[Part]:
+    """The stream's ready rows with ids in [low, high] (and their texts, with `texts`, and sources, with
+    `sources`), read by `workers` processes, one block each.
 
     `capacity` bounds the rows of any one part (the stream's row count). Raises LoadError for bad data
     (as the worker reported it) and WorkerFailed when the processes themselves could not do the work.
@@ -242,7 +269,8 @@ def load_in_processes(module: str, path: str, stream: str, low: int, high: int, 
             try:
                 os.ftruncate(fd, size)
                 spec = {"module": module, "path": path, "stream": stream, "low": first, "high": last,
-                        "capacity": capacity, "dim": dim, "fd": fd, "texts": texts}
+                        "capacity": capacity, "dim": dim, "fd": fd, "texts": texts, "sources": sources,
+                        "seek": seek}
                 process = subprocess.Popen(
                     [sys.executable, "-P", os.path.abspath(__file__), json.dumps(spec)],
                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(fd,),
@@ -276,7 +304,7 @@ def load_in_processes(module: str, path: str, stream: str, low: int, high: int, 
             if process.returncode != 0:
                 tail = message.splitlines()[-1] if message else "no message"
                 raise WorkerFailed(f"a loader process exited with {process.returncode}: {tail}")
-            parts.append(_receive(fd, out, dim, texts))
+            parts.append(_receive(fd, out, dim, texts, sources))
         return parts
     except OSError as exc:
         raise WorkerFailed(f"cannot start a loader process: {exc}") from exc
@@ -288,8 +316,9 @@ def load_in_processes(module: str, path: str, stream: str, low: int, high: int, 
             os.close(fd)
 
 
-def _receive(fd: int, out: bytes, dim: int, texts: bool) -> Part:
-    """A worker's rows: its columns (and texts) from its output, its embeddings mapped from its memfd."""
+def _receive(fd: int, out: bytes, dim: int, texts: bool, sources: bool) -> Part:
+    """A worker's rows: its columns (and texts, and sources) from its output, its embeddings mapped from its
+    memfd."""
     if len(out) < 8:
         raise WorkerFailed("a loader process sent no answer")
     n = int.from_bytes(out[:8], "little")
@@ -298,36 +327,48 @@ def _receive(fd: int, out: bytes, dim: int, texts: bool) -> Part:
         size = n * np.dtype(dtype).itemsize
         columns[name] = np.frombuffer(out, dtype=dtype, count=n, offset=offset)
         offset += size
-    words = _unpack_texts(out, offset, n) if texts else None
-    if not texts and offset != len(out):
+    words, fields = None, None
+    if texts:
+        found, offset = _unpack_strings(out, offset, n)
+        words = [text or "" for text in found]
+    if sources:
+        flat, offset = _unpack_strings(out, offset, n * _SOURCE_FIELDS)
+        fields = list(zip(*[iter(flat)] * _SOURCE_FIELDS, strict=True))
+    if offset != len(out):
         raise WorkerFailed(f"a loader process sent {len(out)} bytes for {n} rows")
     length = n * dim * 4
     os.ftruncate(fd, length)  # frees the pages mapped ahead of the rows the worker did not need
     if length == 0:
-        return Part(np.empty((0, dim), np.float32), columns, words)
+        return Part(np.empty((0, dim), np.float32), columns, words, fields)
     region = mmap.mmap(fd, length, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
-    return Part(np.frombuffer(region, dtype=np.float32).reshape(n, dim), columns, words)
+    return Part(np.frombuffer(region, dtype=np.float32).reshape(n, dim), columns, words, fields)
 
 
-def _pack_texts(texts: Sequence[str]) -> bytes:
-    """Texts as their lengths (in characters, 4 bytes each) and then all of them, in UTF-8, end to end."""
-    lengths = np.fromiter((len(t) for t in texts), np.uint32, len(texts))
-    return lengths.tobytes() + "".join(texts).encode("utf-8", "surrogatepass")
+def _pack_strings(values: Sequence[str | None]) -> bytes:
+    """Strings (or None) as their lengths in characters (4 bytes each; None: 2^32 - 1), the byte length of what
+    follows (8 bytes), and then all of them, in UTF-8, end to end."""
+    lengths = np.fromiter((_NONE if v is None else len(v) for v in values), np.uint32, len(values))
+    joined = "".join(v for v in values if v is not None).encode("utf-8", "surrogatepass")
+    return lengths.tobytes() + len(joined).to_bytes(8, "little") + joined
 
 
-def _unpack_texts(out: bytes, offset: int, n: int) -> list[str]:
-    """The texts _pack_texts packed at `offset`."""
-    lengths = np.frombuffer(out, np.uint32, n, offset) if len(out) >= offset + 4 * n else None
-    if lengths is None:
-        raise WorkerFailed(f"a loader process sent {len(out)} bytes for {n} rows and their texts")
+def _unpack_strings(out: bytes, offset: int, n: int) -> tuple[list[str | None], int]:
+    """The n strings _pack_strings packed at `offset`, and the offset after them."""
+    if len(out) < offset + 4 * n + 8:
+        raise WorkerFailed(f"a loader process sent {len(out)} bytes for {n} strings")
+    lengths = np.frombuffer(out, np.uint32, n, offset)
+    start = offset + 4 * n + 8
+    end = start + int.from_bytes(out[start - 8:start], "little")
     try:
-        joined = out[offset + 4 * n:].decode("utf-8", "surrogatepass")
+        joined = out[start:end].decode("utf-8", "surrogatepass")
     except UnicodeDecodeError as exc:
         raise WorkerFailed(f"a loader process sent texts that are not UTF-8: {exc}") from exc
-    bounds = [0, *np.cumsum(lengths, dtype=np.int64).tolist()]
-    if bounds[-1] != len(joined):
+    missing = lengths == _NONE
+    bounds = [0, *np.cumsum(np.where(missing, 0, lengths), dtype=np.int64).tolist()]
+    if bounds[-1] != len(joined) or end > len(out):
         raise WorkerFailed(f"a loader process sent {len(joined)} characters of texts, not {bounds[-1]}")
-    return [joined[bounds[i]:bounds[i + 1]] for i in range(n)]
+    gone = missing.tolist()
+    return [None if gone[i] else joined[bounds[i]:bounds[i + 1]] for i in range(n)], end
 
 
 def _work(spec: dict[str, Any]) -> int:
@@ -336,13 +377,13 @@ def _work(spec: dict[str, Any]) -> int:
     capacity, dim = int(spec["capacity"]), int(spec["dim"])
     region = mmap.mmap(spec["fd"], max(capacity, 1) * dim * 4, flags=mmap.MAP_SHARED)
     matrix = np.frombuffer(region, dtype=np.float32).reshape(max(capacity, 1), dim)
-    sink = Sink(capacity, dim, matrix=matrix, texts=bool(spec.get("texts")))
+    sink = Sink(capacity, dim, matrix=matrix, texts=bool(spec.get("texts")), sources=bool(spec.get("sources")))
     populator = _Populator(matrix, written=lambda: sink.n)
     thread = threading.Thread(target=populator.run, daemon=True)
     thread.start()
     try:
         connect = read_only(module, spec["path"], mapped=True)
-        read_range(connect, spec["stream"], int(spec["low"]), int(spec["high"]), sink)
+        read_range(connect, spec["stream"], int(spec["low"]), int(spec["high"]), sink, seek=bool(spec.get("seek")))
     except LoadError as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -357,7 +398,9 @@ def _work(spec: dict[str, Any]) -> int:
     for column in sink.columns().values():
         out.write(column.tobytes())
     if sink.texts is not None:
-        out.write(_pack_texts(sink.texts))
+        out.write(_pack_strings(sink.texts))
+    if sink.sources is not None:
+        out.write(_pack_strings([field for fields in sink.sources for field in fields]))
     out.flush()
     return 0
 

@@ -174,9 +174,10 @@ class StoreInterface(Protocol):
         """Every stream key in the store (with memories or state)."""
         ...
 
-    async def load_stream(self, stream: str, *, texts: bool = False) -> StreamArrays:
+    async def load_stream(self, stream: str, *, texts: bool = False, sources: bool = False) -> StreamArrays:
         """The ready memories of a stream as arrays for exact retrieval in process (rows in any order); with
-        `texts`, each row's text too (for its in-memory lexical index), read in the same pass."""
+        `texts`, each row's text too (for its in-memory lexical index), read in the same pass; with `sources`,
+        each row's source where the same pass can read it (StreamArrays.sources; else None: see sources())."""
         ...
 
     async def load_vector(self, memory_id: int) -> npt.NDArray[np.float32]:

@@ -61,6 +61,9 @@ class StreamArrays:
     created: npt.NDArray[np.float64]
     inverse_norms: npt.NDArray[np.float32] | None = None  # 1/|row| (0 for a zero row), if known
     texts: list[str] | None = None  # each row's text, when the load was asked for them (the lexical index)
+    # Each row's source as a tuple in Source's field order, when the load was asked for them and read them in
+    # the same pass (None: ask Store.sources).
+    sources: list[tuple[str | None, ...]] | None = None
 
     def blocks(self) -> list[npt.NDArray[np.float32]]:
         """The embeddings as a list of blocks of rows, in row order."""
@@ -77,7 +80,8 @@ def sink_arrays(sink: _load.Sink) -> StreamArrays:
     """The filled rows of a sink as StreamArrays (views), with its texts if it kept them."""
     n = sink.n
     return StreamArrays(sink.ids[:n], sink.embeddings[:n], sink.importance[:n], sink.last[:n], sink.created[:n],
-                        sink.inverse_norms[:n], None if sink.texts is None else sink.texts[:n])
+                        sink.inverse_norms[:n], None if sink.texts is None else sink.texts[:n],
+                        None if sink.sources is None else sink.sources[:n])
 
 
 def part_arrays(parts: Sequence[_load.Part], dim: int, *, texts: bool = False) -> StreamArrays:
@@ -92,5 +96,7 @@ def part_arrays(parts: Sequence[_load.Part], dim: int, *, texts: bool = False) -
     embeddings: npt.NDArray[np.float32] | list[npt.NDArray[np.float32]] = (
         blocks if len(blocks) > 1 else blocks[0] if blocks else np.empty((0, dim), np.float32))
     joined = [text for part in parts for text in part.texts or ()] if texts else None
+    sources = ([fields for part in parts for fields in part.sources or ()]
+               if all(part.sources is not None for part in parts) else None)
     return StreamArrays(column("ids"), embeddings, column("importance"),
-                        column("last"), column("created"), column("inverse_norms"), joined)
+                        column("last"), column("created"), column("inverse_norms"), joined, sources)

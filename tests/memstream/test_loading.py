@@ -5,6 +5,8 @@ load's snapshot shows at the next check; anything malformed from PostgreSQL is a
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import itertools
 from pathlib import Path
 from typing import Any
@@ -14,8 +16,10 @@ import psycopg
 import pytest
 
 from memstream.errors import StoreError
-from memstream.store import NewMemory, Store, StreamArrays, _load
+from memstream.records import Source
+from memstream.store import NewMemory, Store, StreamArrays, _load, records
 from memstream.store.postgres.grouped import PLAN, GroupReader, copy_sql
+from memstream.store.sqlite.binding import sqlite_module
 from tests.memstream.helpers import run_sql
 
 T0 = 1_700_000_000.0
@@ -96,6 +100,56 @@ async def test_both_backends_load_the_same_arrays_and_texts_bit_for_bit(tmp_path
             assert got == loads["sqlite", 0], key
         else:
             assert got == first, key
+
+
+async def test_a_load_reads_the_sources_in_the_same_pass_on_sqlite_and_leaves_them_to_postgres(
+        tmp_path: Path, postgres_url: str) -> None:
+    names = [None, "Ann", "Zoë ✨", "", "\u2028"]
+    memories = [dataclasses.replace(m, source=Source(
+        author=names[i % 5], author_id=None if i % 4 == 0 else str(i % 9), channel=names[(i + 1) % 5],
+        channel_id=None if i % 6 == 0 else f"c{i % 3}", message_id=None if i % 7 == 0 else f"m{i}",
+        reply_to=f"m{i - 3}" if i % 5 == 0 else None)) for i, m in enumerate(_memories(1_500))]
+    location = tmp_path / "s.db"
+    async with await Store.open(location) as store:
+        await _fill(store, memories)
+        expected = {i: dataclasses.astuple(s) for i, s in (await store.sources("guild:1")).items()}
+    assert len(expected) > 500 and any(None in fields for fields in expected.values())
+    for readers in (1, 3):
+        async with await Store.open(location, load_processes=readers) as store:
+            loaded = await store.load_stream("guild:1", texts=True, sources=True)
+            assert loaded.sources is not None
+            assert dict(zip(loaded.ids.tolist(), loaded.sources, strict=True)) == expected, readers
+            assert (await store.load_stream("guild:1", texts=True)).sources is None
+    async with await Store.open(location) as store, store.transaction():
+        loaded = await store.load_stream("guild:1", texts=True, sources=True)
+        assert loaded.sources is not None and dict(zip(loaded.ids.tolist(), loaded.sources, strict=True)) == expected
+    async with await Store.open(postgres_url) as store:
+        await store.insert(memories[:10])
+        assert (await store.load_stream("guild:1", texts=True, sources=True)).sources is None  # read apart there
+
+
+async def test_a_stream_interleaved_with_others_is_read_through_its_index_with_the_same_rows(tmp_path: Path) -> None:
+    location = tmp_path / "mixed.db"
+    async with await Store.open(location) as store:
+        await _fill(store, _memories(2_000))
+    module = sqlite_module()
+    with contextlib.closing(module.connect(str(location))) as conn:
+        spans = {s: conn.execute("SELECT COUNT(*), MIN(id), MAX(id) FROM memories WHERE stream = ?", (s,)).fetchone()
+                 for s in ("guild:1", "dm:3")}
+    assert not _load.seeks(*spans["guild:1"])  # three rows in five of its range: walked
+    assert _load.seeks(*spans["dm:3"])  # one in five: sought through the stream index
+    for stream, (count, low, high) in spans.items():
+        read = []
+        for seek in (False, True):
+            sink = _load.Sink(count, DIM, texts=True, sources=True)
+            _load.read_range(_load.read_only(module, str(location)), stream, low, high, sink, seek=seek)
+            read.append(_by_id(records.sink_arrays(sink)) | {"sources": sorted(zip(sink.ids[:sink.n].tolist(),
+                                                                                      sink.sources or [],
+                                                                                      strict=True))})
+        assert read[0] == read[1] and len(read[0]["ids"]) > 300, stream
+        async with await Store.open(location) as store:  # and the store's load, whichever way it reads
+            loaded = _by_id(await store.load_stream(stream, texts=True))
+            assert loaded == {key: value for key, value in read[0].items() if key != "sources"}, stream
 
 
 async def test_an_empty_stream_loads_as_no_rows_on_both(tmp_path: Path, postgres_url: str) -> None:

@@ -39,8 +39,9 @@ class Loading(Rows):
         cores = _load.cores()
         return max(2, min(cores + 1, MAX_READERS))
 
-    async def load_stream(self, stream: str, *, texts: bool = False) -> StreamArrays:
-        """The ready memories of a stream, as arrays for retrieval (rows in id order); with `texts`, their texts.
+    async def load_stream(self, stream: str, *, texts: bool = False, sources: bool = False) -> StreamArrays:
+        """The ready memories of a stream, as arrays for retrieval (rows in id order); with `texts`, their texts
+        (the sources are read apart: StreamArrays.sources is None, see sources()).
 
         One REPEATABLE READ snapshot, exported to the readers: the stream's change version is read in it, so
         that any write after it shows at the next check (changed_elsewhere). A large stream is read by

@@ -27,7 +27,7 @@ MAX_LOAD_PROCESSES = 8
 class Loading(Rows):
     """A stream's rows as arrays (and texts), and other connections' writes."""
 
-    async def load_stream(self, stream: str, *, texts: bool = False) -> StreamArrays:
+    async def load_stream(self, stream: str, *, texts: bool = False, sources: bool = False) -> StreamArrays:
         """The ready memories of a stream, as arrays for retrieval (rows in no particular order); with `texts`,
         their texts too.
 
@@ -43,27 +43,31 @@ class Loading(Rows):
             row = await cur.fetchone()
         count, low, high = (int(row[0]), row[1], row[2]) if row else (0, None, None)
         if count == 0 or low is None or high is None:
-            return sink_arrays(_load.Sink(0, dim, texts=texts))
+            return sink_arrays(_load.Sink(0, dim, texts=texts, sources=sources))
         if self.path == ":memory:" or self._in_transaction:
-            sink = _load.Sink(count, dim, texts=texts)
-            async with self.conn.execute(_load.select_ready(texts=texts), (stream, low, high)) as cur:
+            sink = _load.Sink(count, dim, texts=texts, sources=sources)
+            query = _load.select_ready(texts=texts, sources=sources, seek=_load.seeks(count, int(low), int(high)))
+            async with self.conn.execute(query, (stream, low, high)) as cur:
                 while rows := list(await cur.fetchmany(_load.CHUNK)):
                     try:
                         sink.put(rows)
                     except _load.LoadError as exc:
                         raise StoreError(str(exc)) from exc
             return sink_arrays(sink)
+        seek = _load.seeks(count, int(low), int(high))  # its rows are interleaved with other streams'
         workers = self._load_workers(count)
         if workers > 1:
             try:
                 parts = await asyncio.to_thread(_load.load_in_processes, sqlite_module().__name__, self.path,
-                                                stream, int(low), int(high), count, dim, workers, texts=texts)
+                                                stream, int(low), int(high), count, dim, workers, texts=texts,
+                                                sources=sources, seek=seek)
                 return part_arrays(parts, dim, texts=texts)
             except _load.LoadError as exc:
                 raise StoreError(str(exc)) from exc
             except _load.WorkerFailed as exc:
                 log.warning("loading stream %r in %d processes failed (%s); loading it here", stream, workers, exc)
-        return await asyncio.to_thread(self._read_range, stream, int(low), int(high), count, dim, texts)
+        return await asyncio.to_thread(self._read_range, stream, int(low), int(high), count, dim, texts, sources,
+                                       seek)
 
     def _load_workers(self, count: int) -> int:
         """How many processes read a stream of `count` rows (1: this one)."""
@@ -76,10 +80,11 @@ class Loading(Rows):
         cores = _load.cores()
         return max(1, min(cores, MAX_LOAD_PROCESSES, count // (PARALLEL_LOAD_ROWS // 2)))
 
-    def _read_range(self, stream: str, low: int, high: int, count: int, dim: int, texts: bool) -> StreamArrays:
-        sink = _load.Sink(count, dim, texts=texts)
+    def _read_range(self, stream: str, low: int, high: int, count: int, dim: int, texts: bool,
+                    sources: bool, seek: bool) -> StreamArrays:
+        sink = _load.Sink(count, dim, texts=texts, sources=sources)
         try:
-            _load.read_range(_load.read_only(sqlite_module(), self.path), stream, low, high, sink)
+            _load.read_range(_load.read_only(sqlite_module(), self.path), stream, low, high, sink, seek=seek)
         except _load.LoadError as exc:
             raise StoreError(str(exc)) from exc
         except sqlite_module().Error as exc:

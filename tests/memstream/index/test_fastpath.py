@@ -264,8 +264,8 @@ class _SlowLoadStore(SQLiteStore):
 
     release: asyncio.Event
 
-    async def load_stream(self, stream: str, *, texts: bool = False) -> StreamArrays:
-        arrays = await super().load_stream(stream, texts=texts)
+    async def load_stream(self, stream: str, *, texts: bool = False, sources: bool = False) -> StreamArrays:
+        arrays = await super().load_stream(stream, texts=texts, sources=sources)
         await self.release.wait()
         return arrays
 

@@ -16,10 +16,11 @@ from memstream import ConfigError, MemoryStream, Observation, RoleModel, Source,
 from memstream.clock import to_timestamp
 from memstream.index import _kernels as kernels
 from memstream.index.hybrid import rank_hybrid_reference
-from memstream.index.lexical import STOP_WORDS, StreamTerms, bm25_reference, terms
+from memstream.index.lexical import StreamTerms, bm25_reference
 from memstream.index.ranking import rank
 from memstream.index.vector_index import VectorIndex
 from memstream.index.vectors import SCREEN_ROWS, StreamVectors
+from memstream.index.words import STOP_WORDS, terms
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
 from tests.memstream.test_privacy import leftovers
 

@@ -19,7 +19,7 @@ from memstream.index.ranking import rank
 from memstream.index.resident import Resident
 from memstream.index.vector_index import VectorIndex
 from memstream.index.vectors import StreamVectors
-from memstream.store import NewMemory
+from memstream.store import NewMemory, SQLiteStore, StreamArrays
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
 
 DIM = 8
@@ -185,6 +185,54 @@ async def test_a_stream_larger_than_the_budget_is_scored_then_dropped_first(stor
         assert memory.index.loaded("guild:big") is None and memory.index.loaded("guild:small") is not None
     finally:
         await memory.close()
+
+
+class _WatchedStore(SQLiteStore):
+    """A store that notes, as each load begins, what the budget's book holds (`book`, set by the test)."""
+
+    book: Resident
+    at_load: list[int]
+
+    async def load_stream(self, stream: str, *, texts: bool = False, sources: bool = False) -> StreamArrays:
+        self.at_load.append(self.book.total())
+        return await super().load_stream(stream, texts=texts, sources=sources)
+
+
+async def test_a_dropped_stream_gets_room_before_its_reload_not_after(tmp_path: Path, clock: FakeClock) -> None:
+    store = await _WatchedStore.open(tmp_path / "watched.db")
+    memory = _memory(store, clock, budget=0)
+    store.book, store.at_load = memory.index.resident, []
+    try:
+        await _seed(memory, ["guild:a", "guild:b", "guild:c"], each=4)
+        for stream in ("guild:a", "guild:b"):
+            await memory.retrieve("cats", stream=stream)
+        one = memory.index.resident.total() // 2
+        memory.index.resident.budget = 2 * one + one // 2  # two streams and a half
+        store.at_load.clear()
+        await memory.retrieve("cats", stream="guild:c")  # never loaded: the budget is passed by it until it loads
+        assert memory.index.loaded("guild:a") is None  # then the least recently used goes
+        await memory.retrieve("cats", stream="guild:a")  # a reload: b makes room for it first
+        assert memory.index.loaded("guild:b") is None
+        held_c = memory.index.loaded("guild:c")
+        assert held_c is not None
+        # What was held as each load began: a and b before c's first load; c alone before a's reload
+        assert store.at_load == [2 * one, held_c.nbytes()]
+        _assert_within_budget(memory, ["guild:a", "guild:b", "guild:c"])
+    finally:
+        await memory.close()
+
+
+def test_the_book_expects_a_dropped_stream_back_at_its_size() -> None:
+    book = Resident(100)
+    book.account("a", 40)
+    book.account("b", 40)
+    assert book.expected("a") == 0  # held: nothing more to make room for
+    book.evicted("a")
+    book.forget("a")
+    assert book.expected("a") == 40 and book.expected("never") == 0
+    assert book.over("a", lambda s: False, incoming=40) == []  # 40 + 40 fits
+    book.account("c", 30)
+    assert book.over("a", lambda s: False, incoming=40) == ["b"]  # 70 + 40 does not: the least recently used
 
 
 async def test_a_stream_being_scored_is_never_dropped(store: Store, clock: FakeClock) -> None:

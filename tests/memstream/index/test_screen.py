@@ -130,6 +130,10 @@ def test_a_small_stream_has_no_screen_and_a_loaded_large_one_builds_it_once() ->
     first = vectors.screen()
     assert first is not None and first is vectors.screen()
     assert first.n == 300
+    waiting = StreamVectors(arrays, screen_rows=300)
+    waiting.screen_after = 1  # as VectorIndex loads a stream: its first query reads the rows
+    assert waiting.screen() is None and waiting._screen is None
+    assert waiting.screen() is not None
 
 
 def test_the_screen_keeps_to_its_budget_and_is_dropped_when_the_stream_outgrows_it() -> None:
@@ -156,6 +160,7 @@ async def test_the_persona_setting_reaches_every_stream_it_loads(tmp_path: Path)
         await memory.retrieve("party", stream="general")
         loaded = memory.index.loaded("general")
         assert loaded is not None and loaded.screen_bytes == 3 << 20
+        assert loaded.screen_after == 1  # (a stream too small for a screen: waiting for nothing)
     finally:
         await memory.close()
 

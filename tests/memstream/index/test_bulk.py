@@ -1,0 +1,138 @@
+"""A stream's load builds its lexical index and context in bulk (words.words_of, postings.py, cues.hold_times,
+StreamContext.load_sources): the same words, postings, time flags and links as texts and sources added one by
+one, before and after any writes that follow."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import re
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memstream.index.context import StreamContext
+from memstream.index.cues import TIME_WORDS, hold_times, holds_time
+from memstream.index.lexical import bm25_reference
+from memstream.index.vectors import StreamVectors
+from memstream.index.words import words, words_of
+from memstream.records import Source
+
+# The definitions before the fast paths, written out: a time word, or the date pattern anywhere.
+_WORD = re.compile(r"[^\W_]+")
+_PATTERN = re.compile(r"\b(?:1[89]\d\d|20\d\d)s?\b|\b\d{1,2}:\d\d\b|\b\d{1,2}(?:st|nd|rd|th|am|pm)\b"
+                      r"|\b\d{1,2}/\d{1,2}(?:/\d{2,4})?\b|\bMay \d|\d May\b", re.IGNORECASE)
+PIECES = ["May 3", "3 MAY", "may", "mayor 5", "10:30", "1:5", "3pm", "21st", "4TH", "1999", "1850", "2024", "2020s",
+          "2100", "1700", "123", "12345", "7/4", "7/4/2021", "0sep0", "x0sep0y", "Σ", "ΣΑΣ", "İ12", "٣", "½", "1²",
+          "a_b", "yesterday", "Monday", "week", "the", "Studies", "studying", "café", "naïve", "🙂", "\n", " ", ",",
+          "-", "_", "0"]
+texts = st.lists(st.sampled_from(PIECES), max_size=8).map(" ".join) | st.text(max_size=30)
+
+
+def _reference_time(text: str) -> bool:
+    return not TIME_WORDS.isdisjoint(_WORD.findall(text.lower())) or _PATTERN.search(text) is not None
+
+
+@settings(max_examples=400, deadline=None, derandomize=True, database=None)
+@given(st.lists(texts, max_size=12))
+def test_words_of_many_texts_are_each_texts_words(batch: list[str]) -> None:
+    said = words_of(batch)
+    docs = said.docs()
+    got = [[said.distinct[c] for c, d in zip(said.codes.tolist(), docs.tolist(), strict=True) if d == i]
+           for i in range(len(batch))]
+    assert got == [words(text) for text in batch]
+
+
+def test_time_flags_of_every_piece_and_pair_are_the_definitions() -> None:
+    batch = [*PIECES, *(f"{a}{glue}{b}" for a, b in itertools.product(PIECES, repeat=2) for glue in (" ", ""))]
+    expected = [_reference_time(text) for text in batch]
+    assert [holds_time(text) for text in batch] == expected
+    assert hold_times(batch, words_of(batch)).tolist() == expected
+
+
+@settings(max_examples=400, deadline=None, derandomize=True, database=None)
+@given(st.lists(texts, max_size=12))
+def test_time_flags_at_once_are_the_definitions(batch: list[str]) -> None:
+    expected = [_reference_time(text) for text in batch]
+    assert [holds_time(text) for text in batch] == expected
+    assert hold_times(batch, words_of(batch)).tolist() == expected
+
+
+WORDS = ["paint", "painting", "sunrise", "the", "boat", "Klaus", "party", "2024", "café", "studies", "studied"]
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, database=None)
+@given(st.lists(st.lists(st.sampled_from(WORDS), max_size=6).map(" ".join), min_size=1, max_size=30),
+       st.lists(st.tuples(st.sampled_from(["add", "remove", "edit"]), st.integers(0, 50), st.integers(0, 10**6)),
+                max_size=30),
+       st.lists(st.sampled_from(WORDS), min_size=1, max_size=3), st.sampled_from([1, 2, 4096]),
+       st.sampled_from([1, 3, 10_000]))
+def test_a_bulk_loaded_index_equals_the_reference_after_any_writes(loaded: list[str], ops: list[tuple[str, int, int]],
+                                                                  query: list[str], compact_after: int,
+                                                                  chunk: int) -> None:
+    vectors = StreamVectors()
+    ids = list(range(1, len(loaded) + 1))
+    vectors.append(ids, np.ones((len(ids), 3), np.float32), [5.0] * len(ids), [0.0] * len(ids), [0.0] * len(ids))
+    # (in any order, as a load gives them; a chunk of 1 or 3: postings gathered over many chunks)
+    vectors.index(ids[::-1], loaded[::-1], language="english", context=False, chunk=chunk)
+    assert vectors.terms is not None
+    vectors.terms.compact_after = compact_after  # 1-2: compactions folding the lists beside the block, often
+    held = dict(zip(ids, loaded, strict=True))
+    next_id = len(ids) + 1
+    for op, pick, seed in ops:
+        said = " ".join(random.Random(seed).choices(WORDS, k=seed % 5))
+        if op == "add" or not held:
+            vectors.append([next_id], np.ones((1, 3), np.float32), [5.0], [0.0], [0.0], [said])
+            held[next_id] = said
+            next_id += 1
+        elif op == "remove":
+            gone = sorted(held)[pick % len(held)]
+            vectors.remove([gone])
+            del held[gone]
+        else:
+            edited = sorted(held)[pick % len(held)]
+            vectors.update(edited, np.ones(3, np.float32), said)
+            held[edited] = said
+    q = " ".join(query)
+    rows = vectors.ids.tolist()
+    reference = bm25_reference([held[i] for i in rows], q)
+    for compiled in (True, False):
+        scores = vectors.terms.score(q, vectors.n, compiled=compiled)
+        assert {i: s for i, s in zip(rows, reference, strict=True) if s} == {
+            rows[r]: float(scores[r]) for r in np.flatnonzero(scores)}, f"compiled={compiled}"
+
+
+sources = st.builds(
+    Source, author=st.sampled_from([None, "Ann", "Bob", "Will"]), author_id=st.sampled_from([None, "1", "2"]),
+    channel=st.sampled_from([None, "general", "random"]), channel_id=st.sampled_from([None, "10", "11"]),
+    message_id=st.sampled_from([None, "m1", "m2", "m3", "m4", "m5"]),
+    reply_to=st.sampled_from([None, "m1", "m2", "m3", "m9"]))
+
+
+def _state(context: StreamContext, n: int) -> tuple[object, ...]:
+    authors = context.author[:n].tolist()  # codes are arbitrary: compare who shares one
+    same = [[a == b and a >= 0 for b in authors] for a in authors]
+    return (same, [a >= 0 for a in authors], context.prev[:n].tolist(), context.next[:n].tolist(),
+            context.parent[:n].tolist(), sorted(context._names.items()), context.unknown(),
+            {k: sorted(v) for k, v in context._channels.items()})
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(st.lists(st.tuples(sources | st.none(), st.integers(0, 5)), min_size=1, max_size=90))
+def test_sources_at_once_link_as_one_by_one(rows: list[tuple[Source | None, int]]) -> None:
+    ids = [10 + 3 * i for i in range(len(rows))]
+    created = [float(minute * 60) for _, minute in rows]  # (ties in time: ordered by id)
+    given_sources = {i: s for i, (s, _) in zip(ids, rows, strict=True) if s is not None}
+    one_by_one, at_once, by_load = StreamContext(), StreamContext(), StreamContext()
+    for context in (one_by_one, at_once, by_load):
+        context.add(0, ids, created, [""] * len(ids))
+    for i in sorted(given_sources):  # below the bulk threshold: one memory at a time
+        one_by_one.set_sources({i: given_sources[i]})
+    one_by_one.set_sources({}, ids)
+    at_once.set_sources(given_sources, ids)
+    empty = Source()
+    by_load.load_sources(ids, [tuple(vars(given_sources.get(i, empty)).values()) for i in ids])
+    expected = _state(one_by_one, len(ids))
+    assert _state(at_once, len(ids)) == expected
+    assert _state(by_load, len(ids)) == expected
