@@ -86,8 +86,7 @@ class Scrub(Deletion):
         this file is opened or closed by memstream (finish_scrub)."""
         if self.path == ":memory:":
             return True
-        if await self._checkpoint(wait):
-            await self._rewrite_residue()
+        if await self._checkpoint(wait) and await self._rewrite_residue(wait):
             if await self.get_meta(_SCRUB_MARK) is not None:
                 await self.conn.execute("DELETE FROM meta WHERE key = ?", (_SCRUB_MARK,))
                 await self._checkpoint(wait)
@@ -97,15 +96,17 @@ class Scrub(Deletion):
                     "lets go (memstream finishes the scrub the next time it opens or closes this file)", self.path)
         return False
 
-    async def _rewrite_residue(self) -> None:
+    async def _rewrite_residue(self, wait: float) -> bool:
         """secure_delete zeroes a deleted row, but a copy an earlier page split left in a page that still
         holds live rows stays. So the file is searched for the deleted texts (one pass per needle, ~2 GB/s;
         a deletion too large to search cheaply skips the search) and rewritten (VACUUM: time and space of
-        one copy of the file) when a copy is found. Most deletions cost the search only."""
+        one copy of the file) when a copy is found. Most deletions cost the search only. False when the
+        rewritten pages could not be copied into the file within `wait` seconds (a reader held them up: the
+        old pages stay in the file until a later checkpoint, which the scrub's mark asks for)."""
         texts, self._residue = self._residue, []
         vacuum, self._vacuum_due = self._vacuum_due, False
         if not texts and not vacuum:
-            return
+            return True
         if not vacuum:
             needles = residue_needles(texts)
             size = await asyncio.to_thread(_size, self.path)
@@ -114,7 +115,8 @@ class Scrub(Deletion):
         if vacuum:  # waits for another connection's write as long as any statement of the store does
             await asyncio.to_thread(_on_own_connection, self.path, connection.LOCK_WAIT_SECONDS,
                                     "PRAGMA secure_delete=ON", "VACUUM")
-            await self._checkpoint(0.0)
+            return await self._checkpoint(wait)
+        return True
 
     async def _checkpoint(self, wait: float) -> bool:
         """Copy the WAL into the file and truncate it, waiting up to `wait` seconds for writers and readers
