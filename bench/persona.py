@@ -1,10 +1,11 @@
 """A persona serving many streams in one SQLite file (bench.servers' data): `streams` streams whose sizes follow a
-Zipf law clipped to 2k-50k and add up to `memories`, written as a live bot writes them (interleaved in time:
-ids in creation order across all streams), cached under bench/data/ keyed by the parameters.
+Zipf law clipped to 2k-50k and add up to `memories`, cached under bench/data/ keyed by the parameters. The rows
+are written as a live bot writes them (interleaved: ids in creation order across all streams), or with
+`--layout grouped` stream by stream (as an import writes them: each stream's rows together in the file).
 
-`python -m bench.persona [--streams 1000] [--memories 10000000]` builds the file and prints its path and how
-long it took. The rows are bulk-inserted straight into the product's schema (Store.open creates it): numpy
-makes the vectors and times, one executemany a 100k-row transaction, journal off while building (WAL, the
+`python -m bench.persona [--streams 1000] [--memories 10000000] [--layout L]` builds the file and prints its path
+and how long it took. The rows are bulk-inserted straight into the product's schema (Store.open creates it):
+numpy makes the vectors and times, one executemany a 100k-row transaction, journal off while building (WAL, the
 product's default, once done); each stream's `number`s are given, so the numbering trigger never runs.
 """
 
@@ -30,6 +31,9 @@ from memstream.store.sqlite.binding import sqlite_module
 
 SMALLEST, LARGEST = 2_000, 50_000
 CHUNK = 100_000
+# interleaved: in creation order across the persona, as a live bot writes them; grouped: stream by stream (as an
+# import writes them: each stream's rows contiguous in the file)
+LAYOUTS = ("interleaved", "grouped")
 _INSERT = ("INSERT INTO memories (id, stream, kind, text, created_at, last_accessed_at, importance, "
            "importance_source, depth, author, author_id, channel, channel_id, status, embedding, number) "
            "VALUES (?, ?, 'observation', ?, ?, ?, ?, 'rater', 0, ?, ?, ?, ?, 'ready', ?, ?)")
@@ -66,18 +70,19 @@ def zipf_sizes(streams: int, memories: int, exponent: float = 1.0) -> npt.NDArra
     return sizes
 
 
-def path_for(streams: int, memories: int, dim: int = 384, seed: int = 0, folder: Path = DATA) -> Path:
+def path_for(streams: int, memories: int, dim: int = 384, seed: int = 0, folder: Path = DATA,
+             layout: str = "interleaved") -> Path:
     """Where the persona file of these parameters is cached."""
-    return folder / f"servers-{streams}x{memories}x{dim}-seed{seed}.db"
+    return folder / f"servers-{streams}x{memories}x{dim}-seed{seed}{'' if layout == 'interleaved' else '-' + layout}.db"
 
 
-def _plan(sizes: npt.NDArray[np.int64], seed: int) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float64],
+def _plan(sizes: npt.NDArray[np.int64], seed: int, layout: str) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float64],
                                                             npt.NDArray[np.int64]]:
     """Every memory's stream, creation time and number in its stream, in creation order across the persona."""
     rng = np.random.default_rng([seed, len(sizes), int(sizes.sum())])
     labels = np.repeat(np.arange(len(sizes), dtype=np.int32), sizes)
     created = rng.uniform(START, NOW - 3600.0, len(labels))
-    order = np.argsort(created, kind="stable")
+    order = np.argsort(created, kind="stable") if layout == "interleaved" else np.lexsort((created, labels))
     labels, created = labels[order], created[order]
     by_stream = np.argsort(labels, kind="stable")
     starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
@@ -86,8 +91,8 @@ def _plan(sizes: npt.NDArray[np.int64], seed: int) -> tuple[npt.NDArray[np.int32
     return labels, created, numbers
 
 
-def _rows(sizes: npt.NDArray[np.int64], dim: int, seed: int) -> Iterator[list[tuple[Any, ...]]]:
-    labels, created, numbers = _plan(sizes, seed)
+def _rows(sizes: npt.NDArray[np.int64], dim: int, seed: int, layout: str) -> Iterator[list[tuple[Any, ...]]]:
+    labels, created, numbers = _plan(sizes, seed, layout)
     names = [stream_name(k) for k in range(len(sizes))]
     sources = [source(i) for i in range(200)]  # source(i) repeats every 200 (8 people, 8 channels of 25)
     for start in range(0, len(labels), CHUNK):
@@ -110,9 +115,11 @@ def _rows(sizes: npt.NDArray[np.int64], dim: int, seed: int) -> Iterator[list[tu
 
 
 def build(streams: int, memories: int, dim: int = 384, seed: int = 0, *, folder: Path = DATA,
-          verbose: bool = False) -> Path:
+          layout: str = "interleaved", verbose: bool = False) -> Path:
     """The cached persona file (built on first use; a half-built one is never left under the final name)."""
-    path = path_for(streams, memories, dim, seed, folder)
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    path = path_for(streams, memories, dim, seed, folder, layout)
     if path.exists():
         return path
     sizes = zipf_sizes(streams, memories)
@@ -135,7 +142,7 @@ def build(streams: int, memories: int, dim: int = 384, seed: int = 0, *, folder:
     for pragma in ("journal_mode=OFF", "synchronous=OFF", "cache_size=-1000000", "temp_store=MEMORY"):
         conn.execute(f"PRAGMA {pragma}")
     done = 0
-    for rows in _rows(sizes, dim, seed):
+    for rows in _rows(sizes, dim, seed, layout):
         conn.execute("BEGIN")
         conn.executemany(_INSERT, rows)
         conn.execute("COMMIT")
@@ -173,9 +180,10 @@ if __name__ == "__main__":
     parser.add_argument("--streams", type=int, default=1000)
     parser.add_argument("--memories", type=int, default=10_000_000)
     parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--layout", choices=LAYOUTS, default="interleaved")
     args = parser.parse_args()
     try:
         zipf_sizes(args.streams, args.memories)
     except ValueError as exc:
         parser.error(str(exc))
-    print(build(args.streams, args.memories, args.dim, verbose=True))
+    print(build(args.streams, args.memories, args.dim, layout=args.layout, verbose=True))

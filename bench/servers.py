@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from bench.fake_server import spawned
-from bench.persona import build, sizes_in, zipf_sizes
+from bench.persona import LAYOUTS, build, sizes_in, zipf_sizes
 from memstream import MemoryStream, ModelConfig, PersonaConfig, StreamConfig
 from memstream.errors import MemstreamError
 from memstream.index import _kernels as kernels
@@ -84,9 +84,11 @@ class Plan:
     rate_exponent: float = 1.0
     seed: int = 0
     dim: int = 384
+    layout: str = "interleaved"  # bench.persona.LAYOUTS
 
 
-QUICK = {"streams": 100, "memories": 300_000, "minutes": 1.5, "warmup": 15.0}
+# 300k memories need about 900 MiB with hybrid: a quarter of that makes the quick run reload
+QUICK = {"streams": 100, "memories": 300_000, "minutes": 1.5, "warmup": 15.0, "budget_mb": 256}
 
 
 class Sampler(threading.Thread):
@@ -353,7 +355,8 @@ def table(f: dict[str, Any]) -> str:
 
     plan = f["plan"]
     lines = [f"{f['streams']} streams, {f['memories']:,} memories ({f['sizes']['smallest']:,}-"
-             f"{f['sizes']['largest']:,}, median {f['sizes']['median']:,}), profile {plan['profile']}, "
+             f"{f['sizes']['largest']:,}, median {f['sizes']['median']:,}; rows {plan['layout']}), "
+             f"profile {plan['profile']}, "
              f"budget {f['budget_mb']} MiB, {plan['clients']} clients, {plan['writes']} writes/s, "
              f"{f['minutes']} min measured after {f['warmup_queries']} warm-up queries",
              f"  {'latency (ms)':<28} {'n':>6} {'p50':>9} {'p99':>9} {'max':>9}",
@@ -386,12 +389,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", type=int, default=None, help="stop after this many measured queries instead")
     parser.add_argument("--warmup", type=float, default=None, help="seconds before measuring (default 60)")
     parser.add_argument("--profile", choices=("hybrid", "spec"), default="hybrid")
-    parser.add_argument("--budget-mb", type=int, default=1024, help="resident_mb (default 1024, the default)")
+    parser.add_argument("--budget-mb", type=int, default=None,
+                        help="resident_mb (default 1024, the product's default; 256 with --quick)")
+    parser.add_argument("--layout", choices=LAYOUTS, default=None,
+                        help="interleaved (default: rows in time order across streams, as a live bot writes them) "
+                             "or grouped (each stream's rows together, as an import writes them)")
     parser.add_argument("--clients", type=int, default=4, help="clients asking at once (default 4)")
     parser.add_argument("--writes", type=float, default=2.0, help="observations a second (default 2)")
     parser.add_argument("--model-latency", type=float, default=0.0, help="seconds the fake server adds a call")
     parser.add_argument("--ready-runs", type=int, default=7)
-    parser.add_argument("--quick", action="store_true", help="100 streams, 300k memories, 1.5 minutes")
+    parser.add_argument("--quick", action="store_true", help="100 streams, 300k memories, 1.5 minutes, 256 MiB")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     ns = parser.parse_args(sys.argv[1:] if argv is None else argv)
     given = {k: v for k, v in vars(ns).items() if k in Plan.__dataclass_fields__ and v is not None}
@@ -400,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         parser.error(problem)
     began = time.perf_counter()
-    path = build(plan.streams, plan.memories, plan.dim, plan.seed, verbose=True)
+    path = build(plan.streams, plan.memories, plan.dim, plan.seed, layout=plan.layout, verbose=True)
     print(f"persona file {path} ({path.stat().st_size / 2**30:.1f} GiB) ready in {time.perf_counter() - began:.0f} s",
           file=sys.stderr, flush=True)
     figures = asyncio.run(serve(plan, path))

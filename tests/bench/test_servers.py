@@ -23,6 +23,18 @@ def test_sizes_follow_the_clipped_zipf_law_and_add_up() -> None:
         zipf_sizes(10, 10_000)
 
 
+@pytest.mark.parametrize("layout", ["interleaved", "grouped"])
+def test_the_layouts_write_a_stream_s_rows_in_time_order_together_or_spread(tmp_path: Path, layout: str) -> None:
+    path = build(20, 40_000, folder=tmp_path, layout=layout)
+    with sqlite3.connect(path) as conn:
+        spans = conn.execute("SELECT MAX(id) - MIN(id) + 1, COUNT(*), MAX(number) FROM memories "
+                             "GROUP BY stream").fetchall()
+        in_order = conn.execute("SELECT COUNT(*) FROM memories a JOIN memories b ON a.stream = b.stream "
+                                "AND b.number = a.number + 1 WHERE b.created_at < a.created_at").fetchone()[0]
+    assert all(count == top == 2_000 for _, count, top in spans) and in_order == 0
+    assert all((span == count) == (layout == "grouped") for span, count, _ in spans)
+
+
 async def test_a_tiny_budget_reloads_and_every_query_is_answered(tmp_path: Path) -> None:
     path = build(20, 40_000, folder=tmp_path)
     before = sizes_in(path)
