@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_info
 
-from bench import cost, ingest, opening, peers, reflection, reply, retrieval, servers, soak
+from bench import cost, ingest, opening, peers, reflection, reply, retrieval, servers, servers_table, soak
 from bench.data import store_file
 from bench.persona import build
 from bench.report import plot, table
@@ -109,7 +109,7 @@ def main() -> None:
         path = build(server_plan.streams, server_plan.memories, server_plan.dim, server_plan.seed,
                      layout=server_plan.layout)
         results["servers"] = asyncio.run(servers.serve(server_plan, path))
-        print(servers.table(results["servers"]), flush=True)
+        print(servers_table.table(results["servers"]), flush=True)
     results["machine"]["load_average_end"] = os.getloadavg()
     results["seconds"] = time.time() - results["started"]
     args.out.mkdir(parents=True, exist_ok=True)

@@ -48,6 +48,7 @@ import numpy as np
 
 from bench.fake_server import spawned
 from bench.persona import LAYOUTS, build, sizes_in, zipf_sizes
+from bench.servers_table import table
 from memstream import MemoryStream, ModelConfig, PersonaConfig, StreamConfig
 from memstream.errors import MemstreamError
 from memstream.index import _kernels as kernels
@@ -162,12 +163,14 @@ class Server:
         self.free_index = VectorIndex.for_config(memory.store, memory.config, resident_bytes=0)
         self.free = Retriever(memory.store, self.free_index, memory.models, memory.config, memory.clock)
         self.traffic = Traffic()
-        self.written: list[int] = []
 
     def pick(self) -> str:
+        """A stream, by the query rates."""
         return self.names[int(self.rng.choice(len(self.names), p=self.rates))]
 
     async def client(self, stop: Callable[[], bool]) -> None:
+        """Ask, wait, ask again until `stop`; each answer timed as hot or cold (the chosen stream's hot ones
+        asked again without the budget)."""
         t = self.traffic
         while not stop():
             stream, text = self.pick(), question(self.rng)
@@ -198,8 +201,7 @@ class Server:
             who = int(self.rng.integers(len(PEOPLE)))
             source = Source(author=PEOPLE[who], author_id=str(who + 1), channel="c100", channel_id="100")
             try:
-                memory = await self.memory.observe(question(self.rng, TALK), stream=self.pick(), source=source)
-                self.written.append(memory.id)
+                await self.memory.observe(question(self.rng, TALK), stream=self.pick(), source=source)
                 if self.traffic.measuring:
                     self.traffic.writes.append(time.perf_counter() - began)
             except MemstreamError:  # counted: a failed write is a figure of the run, not its end
@@ -218,8 +220,16 @@ class Server:
 
 
 async def serve(plan: Plan, path: Path) -> dict[str, Any]:
-    """The run; its figures."""
+    """The run; its figures (what it wrote deleted from the file afterwards, even when it fails)."""
     sizes = sizes_in(path)
+    try:
+        server, result = await _serve(plan, path, sizes)
+    finally:
+        _restore(path, sizes)
+    return _figures(plan, server, sizes, result)
+
+
+async def _serve(plan: Plan, path: Path, sizes: dict[str, int]) -> tuple[Server, dict[str, Any]]:
     async with spawned(plan.model_latency, plan.dim) as base_url:
         persona = PersonaConfig(name="Isabella", summary="Isabella runs Hobbs Cafe.", database=path,
                                 models=ModelConfig(base_url=base_url, max_retries=0, timeout=60),
@@ -239,12 +249,11 @@ async def serve(plan: Plan, path: Path) -> dict[str, Any]:
             free_mb = server.free_index.resident.total() / 2**20
             result = await _traffic(plan, server)
             result.update(baseline_rss_mb=round(baseline, 1), no_budget_stream_mb=round(free_mb, 1))
+            return server, result
         finally:
             if server is not None:
                 server.free_index.close()
             await memory.close()
-    _restore(path, sizes)
-    return _figures(plan, server, sizes, result)
 
 
 class Phase:
@@ -281,8 +290,7 @@ async def _traffic(plan: Plan, server: Server) -> dict[str, Any]:
             "book_peak_mb": sampler.book_peak / 2**20, "ready": ready}
 
 
-def _figures(plan: Plan, server: Server | None, sizes: dict[str, int], run: dict[str, Any]) -> dict[str, Any]:
-    assert server is not None
+def _figures(plan: Plan, server: Server, sizes: dict[str, int], run: dict[str, Any]) -> dict[str, Any]:
     t, budget = server.traffic, plan.budget_mb
     peak = max(run["vm_hwm_mb"], run["rss_peak_sampled_mb"])  # (the kernel updates VmHWM lazily)
     over = peak - run["baseline_rss_mb"] - run["no_budget_stream_mb"]
@@ -344,41 +352,6 @@ def _restore(path: Path, sizes: dict[str, int]) -> None:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         conn.close()
-
-
-def table(f: dict[str, Any]) -> str:
-    """The figures, readable."""
-    def row(name: str, s: dict[str, Any]) -> str:
-        if not s.get("n"):
-            return f"  {name:<28} (none)"
-        return f"  {name:<28} {s['n']:>6} {s['p50']:>9.1f} {s['p99']:>9.1f} {s['max']:>9.1f}"
-
-    plan = f["plan"]
-    lines = [f"{f['streams']} streams, {f['memories']:,} memories ({f['sizes']['smallest']:,}-"
-             f"{f['sizes']['largest']:,}, median {f['sizes']['median']:,}; rows {plan['layout']}), "
-             f"profile {plan['profile']}, "
-             f"budget {f['budget_mb']} MiB, {plan['clients']} clients, {plan['writes']} writes/s, "
-             f"{f['minutes']} min measured after {f['warmup_queries']} warm-up queries",
-             f"  {'latency (ms)':<28} {'n':>6} {'p50':>9} {'p99':>9} {'max':>9}",
-             row("hot", f["hot"]), row("cold", f["cold"])]
-    lines += [row(f"cold, {band} memories", s) for band, s in f["cold_by_size"].items()]
-    chosen = f["chosen_stream"]
-    lines += [row(f"{chosen['stream']} hot, budget", f["chosen_hot_budget"]),
-              row(f"{chosen['stream']} hot, no budget", f["chosen_hot_no_budget"]),
-              row("observe (write)", f["writes"]),
-              f"  reloads {f['reloads']} ({f['reloads_per_minute']}/min), cold queries {f['cold_per_minute']}/min, "
-              f"write errors {f['write_errors']}",
-              f"  RSS: baseline {f['baseline_rss_mb']:.0f} MiB, VmHWM {f['vm_hwm_mb']:.0f}, sampled peak "
-              f"{f['rss_peak_sampled_mb']:.0f}, book peak {f['book_peak_mb']:.0f}, no-budget stream "
-              f"{f['no_budget_stream_mb']:.0f}",
-              f"  (peak RSS - baseline - no-budget stream) / budget = {f['rss_over_baseline_mb']:.0f} / "
-              f"{f['budget_mb']} = {f['rss_over_budget']}  (target <= 1.2)",
-              f"  hot p99 with / without budget ({chosen['stream']}, {chosen['memories']:,} memories, "
-              f"{chosen['share_of_queries']:.1%} of queries) = {f['hot_p99_ratio']}  (target <= 2)",
-              f"  cold {f['ready_stream']['memories']:,}-memory stream ready (drop + query, median of "
-              f"{len(f['ready_runs_ms'])}) = {f['ready_ms']} ms  (target < 100)  runs {f['ready_runs_ms']}",
-              "  targets: " + ("all met" if not f["missed"] else "MISSED " + "; ".join(f["missed"]))]
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
