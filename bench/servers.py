@@ -15,7 +15,8 @@ A query is hot when its stream was resident as it was asked, cold when it had to
 reload). Measured in the same run, after a warm-up (`--warmup` seconds, not in the latencies):
   - peak RSS: the larger of VmHWM and the largest VmRSS sampled every 0.1 s, less the baseline (the process with the
     persona open, a query answered and its stream dropped: no stream loaded) and less the no-budget stream
-    below (its own bytes), against the budget: target <= 1.2 x budget;
+    below (its own bytes), against the budget: target <= 1.2 x budget; the same for RssAnon alone (the
+    anonymous memory: without the file's pages SQLite's reads map, which the page cache can take back);
   - p50 / p99 / max latency of hot and cold queries (cold by stream size), reloads per minute;
   - (a) the busiest stream of 10k memories or more (else the busiest), queried also through a second index
     over the same store with no budget (resident_mb = 0), right after each hot query of it, same question: hot
@@ -97,12 +98,13 @@ class Sampler(threading.Thread):
 
     def __init__(self, book: Callable[[], int]) -> None:
         super().__init__(daemon=True)
-        self.book, self.rss_peak, self.book_peak = book, 0.0, 0
+        self.book, self.rss_peak, self.anon_peak, self.book_peak = book, 0.0, 0.0, 0
         self._stop_event = threading.Event()
 
     def run(self) -> None:
         while not self._stop_event.wait(0.1):
             self.rss_peak = max(self.rss_peak, status_mb("VmRSS"))
+            self.anon_peak = max(self.anon_peak, status_mb("RssAnon"))
             self.book_peak = max(self.book_peak, self.book())
 
     def stop(self) -> None:
@@ -242,13 +244,14 @@ async def _serve(plan: Plan, path: Path, sizes: dict[str, int]) -> tuple[Server,
             await memory.retrieve("good morning", stream=smallest)
             memory.index.drop(smallest)
             gc.collect()
-            baseline = status_mb("VmRSS")
+            baseline, baseline_anon = status_mb("VmRSS"), status_mb("RssAnon")
             server = Server(plan, memory, sizes)
             for _ in range(2):  # loaded, and its screen built (by a query once the compiled loops are ready)
                 await server.free.retrieve("good morning", stream=server.chosen)
             free_mb = server.free_index.resident.total() / 2**20
             result = await _traffic(plan, server)
-            result.update(baseline_rss_mb=round(baseline, 1), no_budget_stream_mb=round(free_mb, 1))
+            result.update(baseline_rss_mb=round(baseline, 1), baseline_anon_mb=round(baseline_anon, 1),
+                          no_budget_stream_mb=round(free_mb, 1))
             return server, result
         finally:
             if server is not None:
@@ -286,7 +289,7 @@ async def _traffic(plan: Plan, server: Server) -> dict[str, Any]:
     ready = await server.ready_times()
     sampler.stop()
     return {"minutes": minutes, "reloads": stats.reloads - phase.reloads, "drops": stats.drops,
-            "rss_peak_sampled_mb": sampler.rss_peak, "vm_hwm_mb": status_mb("VmHWM"),
+            "rss_peak_sampled_mb": sampler.rss_peak, "anon_peak_mb": sampler.anon_peak, "vm_hwm_mb": status_mb("VmHWM"),
             "book_peak_mb": sampler.book_peak / 2**20, "ready": ready}
 
 
@@ -294,6 +297,7 @@ def _figures(plan: Plan, server: Server, sizes: dict[str, int], run: dict[str, A
     t, budget = server.traffic, plan.budget_mb
     peak = max(run["vm_hwm_mb"], run["rss_peak_sampled_mb"])  # (the kernel updates VmHWM lazily)
     over = peak - run["baseline_rss_mb"] - run["no_budget_stream_mb"]
+    anon = run["anon_peak_mb"] - run["baseline_anon_mb"] - run["no_budget_stream_mb"]  # without file pages
     hot, free = summary(t.chosen_hot), summary(t.free_hot)
     ready_ms = float(np.median(run["ready"])) * 1e3
     figures: dict[str, Any] = {
@@ -309,7 +313,9 @@ def _figures(plan: Plan, server: Server, sizes: dict[str, int], run: dict[str, A
         "writes": summary(t.writes), "write_errors": t.write_errors,
         "budget_mb": budget, "baseline_rss_mb": run["baseline_rss_mb"], "vm_hwm_mb": round(run["vm_hwm_mb"], 1),
         "rss_peak_sampled_mb": round(run["rss_peak_sampled_mb"], 1), "rss_peak_mb": round(peak, 1),
-        "rss_over_baseline_mb": round(over, 1), "book_peak_mb": round(run["book_peak_mb"], 1),
+        "rss_over_baseline_mb": round(over, 1),
+        "anon_peak_mb": round(run["anon_peak_mb"], 1), "baseline_anon_mb": run["baseline_anon_mb"],
+        "anon_over_budget": round(anon / budget, 3) if budget else None, "book_peak_mb": round(run["book_peak_mb"], 1),
         "no_budget_stream_mb": run["no_budget_stream_mb"],
         "rss_over_budget": round(over / budget, 3) if budget else None,
         "chosen_stream": {"stream": server.chosen, "memories": sizes[server.chosen],

@@ -32,6 +32,8 @@ def table(f: dict[str, Any]) -> str:
               f"{f['no_budget_stream_mb']:.0f}",
               f"  (peak RSS - baseline - no-budget stream) / budget = {f['rss_over_baseline_mb']:.0f} / "
               f"{f['budget_mb']} = {f['rss_over_budget']}  (target <= 1.2)",
+              f"  anonymous memory alone (RssAnon): peak {f['anon_peak_mb']:.0f} MiB, baseline "
+              f"{f['baseline_anon_mb']:.0f}: {f['anon_over_budget']} x budget",
               f"  hot p99 with / without budget ({chosen['stream']}, {chosen['memories']:,} memories, "
               f"{chosen['share_of_queries']:.1%} of queries) = {f['hot_p99_ratio']}  (target <= 2)",
               f"  cold {f['ready_stream']['memories']:,}-memory stream ready (drop + query, median of "
