@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_info
 
-from bench import cost, ingest, opening, peers, reflection, reply, retrieval, soak
+from bench import cost, ingest, opening, peers, reflection, reply, retrieval, servers, servers_table, soak
 from bench.data import store_file
+from bench.persona import build
 from bench.report import plot, table
 
 ROOT = Path(__file__).resolve().parent
@@ -24,12 +25,15 @@ FULL = {"retrieval": [(10_000, 384, 41, 5, 3), (100_000, 384, 21, 3, 0), (1_000_
                       (100_000, 1536, 15, 3, 1)],
         "opening": (1_000_000, 384), "ingest": [(2000, None), (2000, 8), (2000, 32)], "reply": (100_000, 60),
         "reflection": (60, 60), "cost": (1000, 50), "peers": [(100_000, 384, 15), (1_000_000, 384, 10)],
-        "soak": 10.0}
+        "soak": 10.0, "servers": servers.Plan()}
 QUICK = {"retrieval": [(10_000, 384, 15, 2, 1), (100_000, 384, 9, 2, 0)],
          "opening": (100_000, 384), "ingest": [(500, None)], "reply": (100_000, 20), "reflection": (20, 30),
-         "cost": (1000, 50), "peers": [(10_000, 384, 10), (100_000, 384, 10)], "soak": 0.5}
+         "cost": (1000, 50), "peers": [(10_000, 384, 10), (100_000, 384, 10)], "soak": 0.5,
+         "servers": servers.Plan(**servers.QUICK)}
 CASES = ("retrieval", "opening", "ingest", "reply", "reflection", "cost", "peers")  # the default run
-ASKED_ONLY = ("soak",)  # run when named (--cases soak): 10 minutes, or 30 s with --quick
+# run when named (--cases soak,servers): the soak 10 minutes, or 30 s with --quick; servers (bench/servers.py)
+# 10M memories in 1000 streams for 10 minutes (the file built once: about 6 minutes, 20 GB), or 300k for 1.5
+ASKED_ONLY = ("soak", "servers")
 
 
 def machine() -> dict[str, Any]:
@@ -45,7 +49,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions (about a minute)")
     parser.add_argument("--cases", default=",".join(CASES),
-                        help=f"comma-separated subset of {', '.join(CASES + ASKED_ONLY)} (default: all but soak)")
+                        help=f"comma-separated subset of {', '.join(CASES + ASKED_ONLY)} "
+                             "(default: all but soak and servers)")
     parser.add_argument("--soak-minutes", type=float, default=None,
                         help="how long the soak's faults last (default 10, or 0.5 with --quick)")
     parser.add_argument("--out", type=Path, default=ROOT / "results")
@@ -99,6 +104,12 @@ def main() -> None:
         failed = report.failures()
         results["soak"] = {**{k: v for k, v in vars(report).items() if k != "plan"}, "plan": vars(report.plan),
                            "failures": failed}
+    if "servers" in cases:
+        server_plan = plan["servers"]
+        path = build(server_plan.streams, server_plan.memories, server_plan.dim, server_plan.seed,
+                     layout=server_plan.layout)
+        results["servers"] = asyncio.run(servers.serve(server_plan, path))
+        print(servers_table.table(results["servers"]), flush=True)
     results["machine"]["load_average_end"] = os.getloadavg()
     results["seconds"] = time.time() - results["started"]
     args.out.mkdir(parents=True, exist_ok=True)

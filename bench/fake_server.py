@@ -1,17 +1,36 @@
 """The fake OpenAI server in a process of its own (a real model server is not on the bot's CPU):
 `python -m bench.fake_server LATENCY DIM` prints its base URL, then serves until stdin closes.
-GET /bench/stats gives the counts the benchmark checks; POST /bench/reset clears them."""
+GET /bench/stats gives the counts the benchmark checks; POST /bench/reset clears them. `spawned` runs it from a
+benchmark and gives its base URL."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 from aiohttp import web
 
 from tests.fakes.openai_server import CHAT_PATH, EMBEDDINGS_PATH, FakeOpenAIServer
 
 RATER_NEEDLE = "Reply with a single integer"
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+@contextlib.asynccontextmanager
+async def spawned(latency: float, dim: int) -> AsyncIterator[str]:
+    """The fake server in a process of its own while the block runs; its base URL."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.fake_server", str(latency), str(dim), stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, cwd=_ROOT)
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        yield (await process.stdout.readline()).decode().strip()
+    finally:
+        process.stdin.close()
+        await process.wait()
 
 
 async def serve(latency: float, dim: int) -> None:

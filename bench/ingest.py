@@ -7,10 +7,8 @@ event loop; `in_process=True` runs it in the bot's loop instead (its CPU then co
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-import sys
 import tempfile
 import time
 import urllib.request
@@ -23,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from bench.data import NOW, STREAM, text
+from bench.fake_server import spawned
 from memstream.clock import from_timestamp
 from memstream.config import StreamConfig
 from memstream.models.embed import OpenAIEmbedder
@@ -35,7 +34,6 @@ from memstream.testing import FakeClock
 from tests.fakes.openai_server import FakeOpenAIServer
 
 RATER_NEEDLE = "Reply with a single integer"
-_ROOT = Path(__file__).resolve().parent.parent
 
 
 class InFlight:
@@ -100,16 +98,8 @@ async def _server(latency: float, dim: int, in_process: bool) -> AsyncIterator[t
         async with FakeOpenAIServer(embed_dim=dim, latency=latency) as fake:
             yield fake.base_url, fake
         return
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bench.fake_server", str(latency), str(dim), stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, cwd=_ROOT)
-    assert process.stdin is not None and process.stdout is not None
-    try:
-        base_url = (await process.stdout.readline()).decode().strip()
+    async with spawned(latency, dim) as base_url:
         yield base_url, _Remote(base_url)
-    finally:
-        process.stdin.close()
-        await process.wait()
 
 
 def _server_counts(server: Any) -> dict[str, int]:
