@@ -122,7 +122,7 @@ async def _public(n: int, dim: int, reps: int, pool: ThreadPoolExecutor, cores: 
     store lays it out) and over `own`, the same embeddings in numpy's allocation. Each profile's runs come in a
     block: interleaved, each would find the other's matrix in the CPU caches instead of its own (at 100k x 384
     a matrix fits in a large L3; at 1M none does). First, the default profile's retrieve back to back for
-    AFTER_LOAD_S after its stream is loaded (the first query builds the screen): (times, after load)."""
+    AFTER_LOAD_S after its stream is loaded (the second query builds the screen): (times, after load)."""
     # A copy each: retrieve touches what it returns (a write by one store would make the other reload its
     # stream), and the cached file must stay as built for the other cases (bench.retrieval's SQL reads it).
     source = store_file(n, dim)
@@ -206,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
           " retrieve = MemoryStream.retrieve over the store file, default settings unless --screen-mb; floor = the"
           " fastest plain pass over the bench's matrix, floor* over the same embeddings either in the matrix the"
           " store loaded or in the bench's (numpy's pages), each timed in the same rounds as what it is compared"
-          f" with; load = the stream's load, first = the first retrieve after it (which builds the screen), within ="
+          f" with; load = the stream's load, first = the first retrieve after it (the second builds the screen),"
+          " within ="
           f" how long after the load retrieve held within {TARGET}x the floor (from then on, the median of every 0.5 s"
           f" of queries back to back over {AFTER_LOAD_S:.0f} s, against the median compiled sum over the same"
           " embeddings, 5 of them after each 5 queries)")
