@@ -46,6 +46,7 @@ class Resident:
         self._last: dict[str, int] = {}  # the size each stream had when it was last dropped
         self.drops = 0
         self.reloads = 0
+        self.peak = 0  # the most held at once, as each stream was counted (before others were dropped for it)
 
     def touch(self, stream: str) -> None:
         """A stream was used: it is now the most recently used."""
@@ -59,6 +60,7 @@ class Resident:
             self.reloads += 1
         self._total += nbytes - self._sizes.get(stream, 0)
         self._sizes[stream] = nbytes
+        self.peak = max(self.peak, self._total)
 
     def forget(self, stream: str) -> None:
         """A stream's matrix is gone (dropped for any reason)."""

@@ -18,7 +18,7 @@ from memstream.index import _pages as pages
 from memstream.index import _release as release
 from memstream.index.grounding import Grounding
 from memstream.index.profiles import uses_context, uses_grounding, uses_lexical
-from memstream.index.resident import RESIDENT_MB, Resident
+from memstream.index.resident import RESIDENT_MB, Resident, bytes_per_memory
 from memstream.index.vectors import SCREEN_BYTES, StreamVectors
 from memstream.records import Source
 from memstream.store import Store
@@ -110,6 +110,8 @@ class VectorIndex:
             arrays, evidence = await asyncio.gather(
                 self.store.load_stream(stream, texts=self.lexical or self.context, sources=self.context),
                 self.store.evidence_links(stream) if self.grounding else _nothing())
+            if len(arrays.ids):  # (its rows are read: room for what they will hold, before the rest is built)
+                self._make_room(stream, len(arrays.ids), arrays.blocks()[0].shape[1])
             vectors = await asyncio.to_thread(StreamVectors, arrays, copy=False, screen_bytes=self.screen_bytes)
             vectors.screen_after = 1  # its screen built by its second query, not its first (StreamVectors.screen)
             pages.collapse_in_background(vectors)
@@ -198,9 +200,12 @@ class VectorIndex:
         self.resident.account(stream, vectors.nbytes())
         self._evict(self.resident.over(stream, self._busy))
 
-    def _make_room(self, stream: str) -> None:
-        """Before a stream's reload: drop others until it fits within the budget at the size it had."""
-        expected = self.resident.expected(stream)
+    def _make_room(self, stream: str, rows: int = 0, dim: int = 0) -> None:
+        """Before a stream's reload, drop others until it fits within the budget at the size it had; once its
+        rows are read (`rows` of `dim`), until it fits at the size they say (bytes_per_memory), before its
+        lexical index and context are built."""
+        expected = max(self.resident.expected(stream),
+                       rows * bytes_per_memory(dim, lexical=self.lexical or self.context) if rows else 0)
         if expected:
             self._evict(self.resident.over(stream, self._busy, incoming=expected))
 

@@ -222,6 +222,24 @@ async def test_a_dropped_stream_gets_room_before_its_reload_not_after(tmp_path: 
         await memory.close()
 
 
+async def test_a_stream_loaded_for_the_first_time_gets_room_once_its_rows_are_read(tmp_path: Path,
+                                                                                   clock: FakeClock) -> None:
+    memory = _memory(await Store.open(tmp_path / "first.db"), clock, budget=0)
+    try:
+        await _seed(memory, ["guild:a", "guild:b", "guild:c"], each=6)
+        for stream in ("guild:a", "guild:b"):
+            await memory.retrieve("cats", stream=stream)
+        held = memory.index.resident.total()
+        memory.index.resident.budget = held + held // 4  # two streams and a half
+        memory.index.resident.peak = 0
+        await memory.retrieve("cats", stream="guild:c")  # never loaded: its size unknown until its rows are read
+        assert memory.index.loaded("guild:a") is None
+        # a was dropped once c's rows were read, before c was counted: never more than the budget held at once
+        assert 0 < memory.index.resident.peak <= memory.index.resident.budget
+    finally:
+        await memory.close()
+
+
 def test_the_book_expects_a_dropped_stream_back_at_its_size() -> None:
     book = Resident(100)
     book.account("a", 40)
