@@ -68,6 +68,9 @@ class VectorIndex:
         self._generation: dict[str, int] = {}
         self._hints: dict[str, dict[int, int]] = {}  # where the last winners were: id -> row
         self.resident = Resident(resident_bytes)  # the budget: which streams stay loaded (resident.py)
+        # Loads take turns: a load holds its rows and their temporaries before the budget can count them, so
+        # several at once (cold queries of several servers) would take the process past it by as many streams.
+        self._turn = asyncio.Semaphore(1)
         self._stop = store.listen(self)
 
     @classmethod
@@ -103,6 +106,10 @@ class VectorIndex:
         return await asyncio.shield(task)
 
     async def _load(self, stream: str) -> StreamVectors:
+        async with self._turn:
+            return await self._load_now(stream)
+
+    async def _load_now(self, stream: str) -> StreamVectors:
         generation = self._generation.get(stream, 0)
         try:
             # The rows and the reflections' evidence, read at once: evidence saved between the two reads, or
