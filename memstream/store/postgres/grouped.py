@@ -37,9 +37,11 @@ _SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
 _NUMBERS = 3  # group number, rows, rows without an embedding of the stream's dimension
 # The small columns after them, and each one's big-endian type.
 _COLUMNS = (("ids", ">i8"), ("importance", ">f4"), ("last", ">f8"), ("created", ">f8"))
+# A row's source, in the order of memstream.records.Source's fields.
+_SOURCES = ("author", "author_id", "channel", "channel_id", "message_id", "reply_to")
 
 
-def copy_sql(dim: int, *, texts: bool) -> str:
+def copy_sql(dim: int, *, texts: bool, sources: bool = False) -> str:
     """The COPY of the groups given as two arrays (lowest ids, highest ids) for a stream (%s placeholders)."""
     def agg(expr: str) -> str:
         return f"string_agg({expr}, ''::bytea ORDER BY id)"
@@ -48,6 +50,8 @@ def copy_sql(dim: int, *, texts: bool) -> str:
                agg("float8send(created_at)"), agg("vector_send(embedding)")]
     if texts:  # each text's length in characters, then the texts end to end (in the client's encoding)
         columns += [agg("int4send(char_length(text))"), agg("textsend(text)")]
+    for name in _SOURCES if sources else ():  # the same for each source field, a missing one of length -1
+        columns += [agg(f"int4send(coalesce(char_length({name}), -1))"), agg(f"textsend(coalesce({name}, ''))")]
     return (f"COPY (SELECT g.k, x.* FROM unnest(%s::bigint[], %s::bigint[]) WITH ORDINALITY AS g(lo, hi, k), "
             f"LATERAL (SELECT count(*), count(*) FILTER (WHERE vector_dims(embedding) IS DISTINCT FROM {int(dim)}), "
             f"{', '.join(columns)} FROM memories "
@@ -70,13 +74,15 @@ def split(groups: Sequence[Group], parts: int) -> list[list[Group]]:
 class GroupReader:
     """Reads the COPY of `groups` (copy_sql), message by message (feed), into preallocated arrays."""
 
-    def __init__(self, groups: Sequence[Group], dim: int, *, texts: bool, encoding: str = "utf-8") -> None:
+    def __init__(self, groups: Sequence[Group], dim: int, *, texts: bool, sources: bool = False,
+                 encoding: str = "utf-8") -> None:
         self.groups, self.dim, self.encoding = list(groups), dim, encoding
         self.starts = np.concatenate([[0], np.cumsum([g[2] for g in self.groups], dtype=np.int64)]).tolist()
         self.sink = _load.Sink(self.starts[-1], dim)
         self.texts: list[str] | None = [""] * self.starts[-1] if texts else None
+        self.sources: list[tuple[str | None, ...]] | None = [()] * self.starts[-1] if sources else None
         self._vector = np.dtype([("dim", ">u2"), ("unused", ">u2"), ("values", ">f4", (dim,))])
-        self._fields = _NUMBERS + len(_COLUMNS) + 1 + (2 if texts else 0)
+        self._fields = _NUMBERS + len(_COLUMNS) + 1 + (2 if texts else 0) + (2 * len(_SOURCES) if sources else 0)
         self._seen = [False] * len(self.groups)
         self._pending = bytearray()
         self._header, self._ended = False, False
@@ -102,7 +108,7 @@ class GroupReader:
             missing = self.groups[self._seen.index(False)]
             raise _load.LoadError(f"memories #{missing[0]}..#{missing[1]} did not come from the server")
         self.sink.n = self.sink.capacity
-        return _load.Part(self.sink.embeddings, self.sink.columns(), self.texts)
+        return _load.Part(self.sink.embeddings, self.sink.columns(), self.texts, self.sources)
 
     # -- parsing -------------------------------------------------------------------------------------------
 
@@ -153,9 +159,15 @@ class GroupReader:
         matrix = self.sink.embeddings[start:start + n]
         matrix[...] = records["values"]
         self.sink.inverse_norms[start:start + n] = _load.inverse_norms(matrix)
+        rest = columns[len(_COLUMNS) + 1:]
         if self.texts is not None:
-            lengths, joined = columns[len(_COLUMNS) + 1:]
-            self.texts[start:start + n] = self._texts(view, lengths, joined, n, where)
+            lengths, joined = rest[:2]
+            self.texts[start:start + n] = [text or "" for text in self._texts(view, lengths, joined, n, where)]
+            rest = rest[2:]
+        if self.sources is not None:
+            values = [self._texts(view, rest[2 * i], rest[2 * i + 1], n, where, nullable=True)
+                      for i in range(len(_SOURCES))]
+            self.sources[start:start + n] = list(zip(*values, strict=True))
         self._seen[k - 1] = True
 
     def _column(self, view: memoryview, field: tuple[int, int], dtype: np.dtype[Any], n: int,
@@ -166,7 +178,8 @@ class GroupReader:
         return np.frombuffer(view, dtype, n, offset)
 
     def _texts(self, view: memoryview, lengths: tuple[int, int], joined: tuple[int, int], n: int,
-               where: str) -> list[str]:
+               where: str, *, nullable: bool = False) -> list[str | None]:
+        """n strings, given their lengths in characters (with `nullable`, -1: None) and their text end to end."""
         sizes = self._column(view, lengths, np.dtype(">i4"), n, where)
         offset, length = joined
         malformed = _load.LoadError(f"the texts of the memories {where} came malformed from the server")
@@ -174,11 +187,12 @@ class GroupReader:
             text = str(view[offset:offset + max(length, 0)], self.encoding)
         except UnicodeDecodeError as exc:
             raise malformed from exc
-        ends = np.cumsum(sizes, dtype=np.int64)
-        if ends[-1] != len(text) or sizes.min() < 0:
+        missing = sizes == -1
+        ends = np.cumsum(np.where(missing, 0, sizes), dtype=np.int64)
+        if ends[-1] != len(text) or sizes.min() < (-1 if nullable else 0):
             raise malformed
-        bounds = [0, *ends.tolist()]
-        return [text[bounds[i]:bounds[i + 1]] for i in range(n)]
+        bounds, gone = [0, *ends.tolist()], missing.tolist()
+        return [None if gone[i] else text[bounds[i]:bounds[i + 1]] for i in range(n)]
 
 
 def _int(view: memoryview, pos: int, size: int, *, signed: bool = False) -> int:

@@ -40,8 +40,8 @@ class Loading(Rows):
         return max(2, min(cores + 1, MAX_READERS))
 
     async def load_stream(self, stream: str, *, texts: bool = False, sources: bool = False) -> StreamArrays:
-        """The ready memories of a stream, as arrays for retrieval (rows in id order); with `texts`, their texts
-        (the sources are read apart: StreamArrays.sources is None, see sources()).
+        """The ready memories of a stream, as arrays for retrieval (rows in id order); with `texts`, their texts,
+        and with `sources` their sources, in the same pass.
 
         One REPEATABLE READ snapshot, exported to the readers: the stream's change version is read in it, so
         that any write after it shows at the next check (changed_elsewhere). A large stream is read by
@@ -54,21 +54,22 @@ class Loading(Rows):
             if joined is not None:  # inside a transaction: read what it sees, its own writes included
                 with mapped_errors(self.path):
                     groups = await plan(joined.conn, stream)
-                    parts = [await read_here(joined.conn, stream, groups, dim, texts=texts)] if groups else []
+                    parts = ([await read_here(joined.conn, stream, groups, dim, texts=texts, sources=sources)]
+                             if groups else [])
                 return part_arrays(parts, dim, texts=texts)
             async with pooled(self.pool, self.path) as conn:
                 await conn.set_autocommit(False)
                 try:
                     await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
                     async with conn.transaction():
-                        return await self._load_snapshot(conn, stream, dim, texts)
+                        return await self._load_snapshot(conn, stream, dim, texts, sources)
                 finally:
                     await conn.set_isolation_level(None)
                     await conn.set_autocommit(True)
         except _load.LoadError as exc:
             raise StoreError(f"{self.path}: cannot load stream {stream!r}: {exc}") from exc
 
-    async def _load_snapshot(self, conn: Any, stream: str, dim: int, texts: bool) -> StreamArrays:
+    async def _load_snapshot(self, conn: Any, stream: str, dim: int, texts: bool, sources: bool) -> StreamArrays:
         snapshot = (await (await conn.execute("SELECT pg_export_snapshot()")).fetchone())[0]
         version = await (await conn.execute("SELECT version FROM stream_changes WHERE stream = %s",
                                             (stream,))).fetchone()
@@ -79,7 +80,8 @@ class Loading(Rows):
             return part_arrays([], dim, texts=texts)
         runs = split(groups, self._readers(sum(g[2] for g in groups)))
         try:
-            parts = await asyncio.to_thread(read_parts, self.url, snapshot, stream, runs, dim, texts=texts)
+            parts = await asyncio.to_thread(read_parts, self.url, snapshot, stream, runs, dim, texts=texts,
+                                            sources=sources)
         except psycopg.Error as exc:
             raise StoreError(f"{self.path}: cannot read stream {stream!r}: {exc}") from exc
         return part_arrays(parts, dim, texts=texts)
