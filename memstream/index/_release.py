@@ -4,8 +4,7 @@ A dropped stream's matrix, if it had its own mapping (_load.large_empty), goes b
 its smaller arrays, its lexical index and its context are in malloc's heap, whose freed pages glibc keeps for
 reuse: the process's resident size then stays at its peak. malloc_trim(0) hands every whole free page back.
 It walks the heap (a few ms to tens of ms for a large one), so it runs in a daemon thread, at most once every
-half second, after streams were dropped (`python -m bench.servers --quick`: peak RSS over the budget 1.82x with
-a trim every 2 s, 1.55-1.64x every 0.5 s). Elsewhere than glibc (musl, macOS), nothing is done.
+two seconds, after streams were dropped. Elsewhere than glibc (musl, macOS), nothing is done.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from collections.abc import Callable
 
 __all__ = ["soon"]
 
-_EVERY = 0.5  # seconds between two trims, at least
+_EVERY = 2.0  # seconds between two trims, at least
 _lock = threading.Lock()
 _state = {"running": False, "again": False}
 
@@ -36,8 +35,8 @@ _trim = _trimmer()
 
 
 def soon() -> None:
-    """Give freed memory back to the system shortly: now, in a daemon thread; if one is at work, once more half
-    a second after it ends."""
+    """Give freed memory back to the system shortly: now, in a daemon thread; if one is at work, once more two
+    seconds after it ends."""
     if _trim is None:
         return
     with _lock:
