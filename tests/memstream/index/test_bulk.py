@@ -5,7 +5,6 @@ one, before and after any writes that follow."""
 from __future__ import annotations
 
 import itertools
-import random
 import re
 
 import numpy as np
@@ -14,10 +13,10 @@ from hypothesis import strategies as st
 
 from memstream.index.context import StreamContext
 from memstream.index.cues import TIME_WORDS, hold_times, holds_time
-from memstream.index.lexical import bm25_reference
 from memstream.index.vectors import StreamVectors
 from memstream.index.words import words, words_of
 from memstream.records import Source
+from tests.memstream.index.test_hybrid import apply_writes, assert_scores_are_the_reference
 
 # The definitions before the fast paths, written out: a time word, or the date pattern anywhere.
 _WORD = re.compile(r"[^\W_]+")
@@ -79,28 +78,8 @@ def test_a_bulk_loaded_index_equals_the_reference_after_any_writes(loaded: list[
     assert vectors.terms is not None
     vectors.terms.compact_after = compact_after  # 1-2: compactions folding the lists beside the block, often
     held = dict(zip(ids, loaded, strict=True))
-    next_id = len(ids) + 1
-    for op, pick, seed in ops:
-        said = " ".join(random.Random(seed).choices(WORDS, k=seed % 5))
-        if op == "add" or not held:
-            vectors.append([next_id], np.ones((1, 3), np.float32), [5.0], [0.0], [0.0], [said])
-            held[next_id] = said
-            next_id += 1
-        elif op == "remove":
-            gone = sorted(held)[pick % len(held)]
-            vectors.remove([gone])
-            del held[gone]
-        else:
-            edited = sorted(held)[pick % len(held)]
-            vectors.update(edited, np.ones(3, np.float32), said)
-            held[edited] = said
-    q = " ".join(query)
-    rows = vectors.ids.tolist()
-    reference = bm25_reference([held[i] for i in rows], q)
-    for compiled in (True, False):
-        scores = vectors.terms.score(q, vectors.n, compiled=compiled)
-        assert {i: s for i, s in zip(rows, reference, strict=True) if s} == {
-            rows[r]: float(scores[r]) for r in np.flatnonzero(scores)}, f"compiled={compiled}"
+    apply_writes(vectors, held, ops, WORDS, width=5)
+    assert_scores_are_the_reference(vectors, held, " ".join(query))
 
 
 sources = st.builds(

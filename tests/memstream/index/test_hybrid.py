@@ -144,12 +144,21 @@ def test_the_index_equals_a_rebuild_after_any_writes(ops: list[tuple[str, int, i
     vectors = StreamVectors()
     vectors.terms = StreamTerms()
     texts: dict[int, str] = {}
-    next_id = 1
+    apply_writes(vectors, texts, ops, WORDS, width=7)
+    rng.shuffle(query)
+    assert_scores_are_the_reference(vectors, texts, " ".join(query))
+
+
+def apply_writes(vectors: StreamVectors, texts: dict[int, str], ops: list[tuple[str, int, int]], words: list[str], *,
+                 width: int) -> None:
+    """Add, remove or edit memories (ids after the largest in `texts`, texts of up to width - 1 of `words`), in
+    `vectors` and in `texts` alike."""
+    next_id = max(texts, default=0) + 1
     for op, pick, seed in ops:
-        words = " ".join(random.Random(seed).choices(WORDS, k=seed % 7))
+        said = " ".join(random.Random(seed).choices(words, k=seed % width))
         if op == "add" or not texts:
-            vectors.append([next_id], np.ones((1, 3), np.float32), [5.0], [0.0], [0.0], [words])
-            texts[next_id] = words
+            vectors.append([next_id], np.ones((1, 3), np.float32), [5.0], [0.0], [0.0], [said])
+            texts[next_id] = said
             next_id += 1
         elif op == "remove":
             gone = sorted(texts)[pick % len(texts)]
@@ -157,15 +166,17 @@ def test_the_index_equals_a_rebuild_after_any_writes(ops: list[tuple[str, int, i
             del texts[gone]
         else:
             edited = sorted(texts)[pick % len(texts)]
-            vectors.update(edited, np.ones(3, np.float32), words)
-            texts[edited] = words
-    rng.shuffle(query)
-    q = " ".join(query)
+            vectors.update(edited, np.ones(3, np.float32), said)
+            texts[edited] = said
+
+
+def assert_scores_are_the_reference(vectors: StreamVectors, texts: dict[int, str], query: str) -> None:
+    """The lexical index's scores are bm25_reference's over the texts held, with _kernels.py's loop and numpy."""
     assert vectors.terms is not None
     ids = vectors.ids.tolist()
-    reference = bm25_reference([texts[i] for i in ids], q)
-    for compiled in (True, False):  # _kernels.py's loop and numpy: the reference's floats, both
-        scores = vectors.terms.score(q, vectors.n, compiled=compiled)
+    reference = bm25_reference([texts[i] for i in ids], query)
+    for compiled in (True, False):
+        scores = vectors.terms.score(query, vectors.n, compiled=compiled)
         got = {int(vectors.ids[r]): float(scores[r]) for r in np.flatnonzero(scores)}
         assert {i: s for i, s in zip(ids, reference, strict=True) if s} == got, f"compiled={compiled}"
 
