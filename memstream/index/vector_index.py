@@ -123,13 +123,14 @@ class VectorIndex:
             vectors.screen_after = 1  # its screen built by its second query, not its first (StreamVectors.screen)
             pages.collapse_in_background(vectors)
             if self.lexical or self.context:
-                context = await asyncio.to_thread(vectors.index, arrays.ids.tolist(), arrays.texts or [],
+                ids = arrays.ids.tolist()
+                context = await asyncio.to_thread(vectors.index, ids, arrays.texts or [],
                                                   language=self.language if self.lexical else None,
                                                   context=self.context)
                 if context is not None and arrays.sources is not None:
-                    context.load_sources(arrays.ids.tolist(), arrays.sources)
-                elif context is not None:
-                    context.set_sources(await self.store.sources(stream), arrays.ids.tolist())
+                    context.load_sources(ids, arrays.sources)
+                elif context is not None:  # (a backend that reads them apart)
+                    context.set_sources(await self.store.sources(stream), ids)
             if evidence is not None:
                 vectors.grounding = Grounding(evidence)
             for op in self._journals.get(stream, []):
