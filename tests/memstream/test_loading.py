@@ -20,6 +20,7 @@ from memstream.records import Source
 from memstream.store import NewMemory, Store, StreamArrays, _load, records
 from memstream.store.postgres.grouped import PLAN, GroupReader, copy_sql
 from memstream.store.sqlite.binding import sqlite_module
+from memstream.store.sqlite.evidence import STREAM_EVIDENCE
 from tests.memstream.helpers import run_sql
 
 T0 = 1_700_000_000.0
@@ -148,6 +149,22 @@ async def test_a_stream_interleaved_with_others_is_read_through_its_index_with_t
         async with await Store.open(location) as store:  # and the store's load, whichever way it reads
             loaded = _by_id(await store.load_stream(stream, texts=True))
             assert loaded == {key: value for key, value in read[0].items() if key != "sources"}, stream
+
+
+async def test_a_stream_s_evidence_is_found_through_its_reflections_alone(tmp_path: Path) -> None:
+    location = tmp_path / "evidence.db"
+    async with await Store.open(location) as store:
+        ids = await store.insert(_memories(200))
+        cited = [i for i, m in zip(ids, _memories(200), strict=True) if m.stream == "dm:3"][:3]
+        insight = dataclasses.replace(_memories(1)[0], stream="dm:3", kind="reflection", text="an insight",
+                                      importance_source="derived", depth=1)
+        [reflection] = await store.save_reflection("dm:3", [(insight, cited)], T0 + 10)
+        assert await store.evidence_links("dm:3") == {reflection: cited}
+        assert await store.evidence_links("guild:1") == {}
+    with contextlib.closing(sqlite_module().connect(str(location))) as conn:
+        plan = " ".join(str(row[-1]) for row in conn.execute("EXPLAIN QUERY PLAN " + STREAM_EVIDENCE, ("dm:3",)))
+    # the stream's reflections from their own index alone (migration 0009), never a look at each of its memories
+    assert "USING COVERING INDEX memories_reflections" in plan and "memories_by_stream" not in plan, plan
 
 
 async def test_an_empty_stream_loads_as_no_rows_on_both(tmp_path: Path, postgres_url: str) -> None:

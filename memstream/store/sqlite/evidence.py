@@ -11,6 +11,12 @@ from memstream.store.walks import EvidenceWalk, links
 
 __all__ = ["Evidence"]
 
+# A stream's evidence pointers. CROSS JOIN: the stream's reflections first (their own index, migration 0009: never
+# a look at its observations), then each one's pointers by key; not every stream's evidence.
+STREAM_EVIDENCE = ("SELECT e.reflection_id, e.memory_id FROM memories m INDEXED BY memories_reflections "
+                   "CROSS JOIN evidence e ON e.reflection_id = m.id "
+                   "WHERE m.stream = ? AND m.kind = 'reflection' ORDER BY e.reflection_id, e.position")
+
 
 class Evidence(EvidenceWalk, Loading):
     """Saving reflections and reading their evidence."""
@@ -52,12 +58,9 @@ class Evidence(EvidenceWalk, Loading):
 
     async def evidence_links(self, stream: str) -> dict[int, list[int]]:
         """Every reflection of a stream (ready or not) and the memories it cites, in citation order. Only this
-        stream's rows are read (its memories through their index, then each reflection's pointers by key): never
+        stream's rows are read (its reflections through their index, then each one's pointers by key): never
         another stream's pages, so a page damaged in one stream cannot stop another from loading."""
-        rows = await self.conn.execute_fetchall(
-            # CROSS JOIN: the stream's memories first (memories_by_stream), not every stream's evidence
-            "SELECT e.reflection_id, e.memory_id FROM memories m CROSS JOIN evidence e ON e.reflection_id = m.id "
-            "WHERE m.stream = ? AND m.kind = 'reflection' ORDER BY e.reflection_id, e.position", (stream,))
+        rows = await self.conn.execute_fetchall(STREAM_EVIDENCE, (stream,))
         return links(rows)
 
 
