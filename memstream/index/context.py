@@ -25,11 +25,15 @@ from memstream.store.arrays import F64, I64
 __all__ = ["StreamContext"]
 
 _NONE = -1
-# Memory per entry (nbytes), measured with tracemalloc on 10k memories (327 B each without message ids, 480 with,
-# one in ten a reply): a row's id, time, channel, name and place in its channel; a message id; a reply.
-_ROW_BYTES = 270
+# Memory per entry (nbytes): a row's id, time, channel, name and place in its channel; a message id; a reply. As
+# the process's resident memory grows, not as tracemalloc counts the objects (327 B a row, half of it: malloc's and
+# Python's allocators keep more than each object asks, among a load's freed temporaries): a context of 261k rows
+# over 100 streams of bench.persona's file (no message ids) took 623 B a row of anonymous memory more than the
+# `spec` profile's load of the same streams (RssAnon, after a trim), 33 of them its arrays; message ids and
+# replies were measured the same way on synthetic sources.
+_ROW_BYTES = 590
 _MESSAGE_BYTES = 140
-_REPLY_BYTES = 150
+_REPLY_BYTES = 300
 # More sources than this, set into a context that links nothing yet, are linked channel by channel.
 _BULK = 64
 # Where each of Source's fields sits in the tuples of a load (StreamArrays.sources).

@@ -19,17 +19,23 @@ from collections.abc import Callable, Iterator
 
 from memstream.records import ResidentStats
 
-__all__ = ["RESIDENT_MB", "Resident", "bytes_per_memory"]
+__all__ = ["RESIDENT_MB", "TEXT_LOAD_BYTES", "Resident", "bytes_per_memory", "load_room"]
 
 # The default budget: 1 GiB holds about 330k memories of 384 dimensions (about 3.2 KB each with the screen, the
 # lexical index and the context: README, Memory per process), 33 streams of 10k, on a host with 2 GiB for the bot.
 RESIDENT_MB = 1024
 # Per memory, beside its row and screen row: id, importance, last access, creation, recency proxy (8 B each), inverse
-# norm (4 B); and the share of the lexical index and the context (`python -m bench.resident --profile hybrid`:
-# 3,087 B per memory of 384 dimensions in all, 735 of them these two's; Discord's message ids and replies add
-# about 150 to the context).
+# norm (4 B); and the share of the lexical index and the context, as the process's resident memory grows (100 streams
+# of bench.persona's file: 409 B the lexical index, 623 the context; Discord's message ids add about 140 to the
+# context, replies more).
 _COLUMN_BYTES = 44
-_LEXICAL_BYTES = 890
+# What a load holds beside what its stream keeps, until it is built (tracemalloc's peak less what is kept, streams of
+# 10k and 39k memories of bench.persona's file): a chunk of rows and their temporaries, about 14 MB (less for a
+# smaller stream); with a lexical index or a context, the texts, sources and words too, about 650 B a memory (a
+# quarter of what the stream keeps).
+_LOAD_BYTES = 16 << 20
+TEXT_LOAD_BYTES = 650
+_LEXICAL_BYTES = 1170
 
 
 class Resident:
@@ -128,3 +134,10 @@ def bytes_per_memory(dim: int, *, lexical: bool) -> int:
     of the lexical index and the context (measured on bench.data's chat-like texts with Discord's message ids:
     README, Memory per process)."""
     return dim * 4 + dim * 2 + _COLUMN_BYTES + (_LEXICAL_BYTES if lexical else 0)
+
+
+def load_room(kept: int, *, texts: bool) -> int:
+    """About what a stream's load holds beside what the stream keeps once loaded (`kept` bytes) until it is built:
+    room made for it too, so the process stays within the budget while it loads (`texts`: with a lexical index or
+    a context)."""
+    return min(kept, _LOAD_BYTES) + (kept // 4 if texts else 0)

@@ -18,7 +18,7 @@ from memstream.index import _pages as pages
 from memstream.index import _release as release
 from memstream.index.grounding import Grounding
 from memstream.index.profiles import uses_context, uses_grounding, uses_lexical
-from memstream.index.resident import RESIDENT_MB, Resident, bytes_per_memory
+from memstream.index.resident import RESIDENT_MB, TEXT_LOAD_BYTES, Resident, bytes_per_memory, load_room
 from memstream.index.vectors import SCREEN_BYTES, StreamVectors
 from memstream.records import Source
 from memstream.store import Store
@@ -68,6 +68,8 @@ class VectorIndex:
         self._generation: dict[str, int] = {}
         self._hints: dict[str, dict[int, int]] = {}  # where the last winners were: id -> row
         self.resident = Resident(resident_bytes)  # the budget: which streams stay loaded (resident.py)
+        if resident_bytes:
+            release.bound_heap()  # what a dropped stream held can go back to the system (_release.py)
         # Loads take turns: a load holds its rows and their temporaries before the budget can count them, so
         # several at once (cold queries of several servers) would take the process past it by as many streams.
         self._turn = asyncio.Semaphore(1)
@@ -209,12 +211,15 @@ class VectorIndex:
         self._evict(self.resident.over(stream, self._busy))
 
     def _make_room(self, stream: str, rows: int = 0, dim: int = 0) -> None:
-        """Before a stream's reload, drop others until it fits within the budget at the size it had; once its
-        rows are read (`rows` of `dim`), until it fits at the size they say (bytes_per_memory), before its
-        lexical index and context are built."""
-        expected = max(self.resident.expected(stream),
-                       rows * bytes_per_memory(dim, lexical=self.lexical or self.context) if rows else 0)
-        if expected:
+        """Before a stream's reload, drop others until it fits within the budget at the size it had, with what
+        its load holds meanwhile; once its rows are read (`rows` of `dim`), until it fits at the size they say
+        (bytes_per_memory), with what building its lexical index and context holds."""
+        texts = self.lexical or self.context
+        kept = self.resident.expected(stream)
+        expected = kept + load_room(kept, texts=texts)
+        if rows:
+            expected = max(expected, rows * (bytes_per_memory(dim, lexical=texts) + (TEXT_LOAD_BYTES if texts else 0)))
+        if kept or rows:
             self._evict(self.resident.over(stream, self._busy, incoming=expected))
 
     def _evict(self, victims: Sequence[str]) -> None:

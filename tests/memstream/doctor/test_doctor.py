@@ -356,7 +356,7 @@ async def test_every_joined_guild_when_none_configured(world: World, capsys: pyt
 def test_the_resident_budget_in_memories_and_against_the_machine() -> None:
     hybrid = StreamConfig.for_profile("hybrid", resident_mb=100)
     ok = check_resident(hybrid, 384, 8 << 30)
-    per = 384 * 6 + 44 + 890  # row, screen row, columns, the lexical index's and the context's share
+    per = 384 * 6 + 44 + 1170  # row, screen row, columns, the lexical index's and the context's share
     assert ok.status == "ok" and f"about {(100 << 20) // per:,} memories of 384 dimensions" in ok.detail
     assert "this machine has 8,192 MiB" in ok.detail
     assert f"about {(100 << 20) // (384 * 6 + 44):,} memories" in check_resident(StreamConfig(resident_mb=100), 384,
