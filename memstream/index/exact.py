@@ -105,8 +105,9 @@ def cosines(vectors: StreamVectors, unit: F32, compiled: bool = False) -> F32:
 
 
 def cosines_range(vectors: StreamVectors, unit: F32, compiled: bool = False) -> tuple[F32, float, float]:
-    """`cosines`, with their smallest and largest (both NaN if any cosine is)."""
-    out = np.empty(vectors.n, np.float32)
+    """`cosines`, with their smallest and largest (both NaN if any cosine is). In a large stream the cosines are
+    its scratch (_scratch.py): valid until its next query."""
+    out = vectors.scratch.take("cosines", vectors.n, np.float32)
     if compiled:
         low, high, nan = scan.cosines(list(vectors.blocks()), unit, vectors.inverse_norms, out)
         return (out, math.nan, math.nan) if nan else (out, low, high)
@@ -121,7 +122,7 @@ def approximate_cosines(vectors: StreamVectors, unit: F32,
     if screen is None:
         cos, low, high = cosines_range(vectors, unit, compiled)
         return cos, low, high, error_bound(vectors, low, high)
-    out = np.empty(vectors.n, np.float32)
+    out = vectors.scratch.take("cosines", vectors.n, np.float32)
     low, high, nan = scan.cosines(list(screen.blocks()), unit, screen.factors, out)
     if nan:
         return out, math.nan, math.nan, math.inf

@@ -104,7 +104,7 @@ def _lexical(vectors: StreamVectors, text: str | None, config: StreamConfig, com
         return _Lexical(np.zeros(vectors.n, np.float64), 0.0)
     if vectors.terms is None:
         raise StoreError("this stream was loaded without its lexical index (VectorIndex(lexical=True))")
-    scores = vectors.terms.score(text, vectors.n, compiled)
+    scores = vectors.terms.score(text, vectors.n, compiled, out=vectors.scratch.take("bm25", vectors.n, np.float64))
     return _Lexical(scores, float(scores.max()) if scores.size else 0.0)
 
 
@@ -176,10 +176,11 @@ def rank_hybrid(vectors: StreamVectors, query: npt.NDArray[np.float32], text: st
             if compiled:
                 keywords, scale = lexical.scores, lex_scale
                 if lever is not None:  # the keyword and context terms in one compiled pass
-                    keywords, scale = np.empty(vectors.n), 1.0
+                    keywords, scale = vectors.scratch.take("keywords", vectors.n, np.float64), 1.0
+                    boost = lever.boost(vectors.scratch.take("boost", vectors.n, np.float64))
                     kernels.loops()["context"](cos, low, high - low, share, lexical.scores,
                                                1.0 / lexical.top if lexical.top > 0.0 else 0.0, lex_scale,
-                                               lever.prev, lever.next, lever.parent, lever.boost(), lever.neighbour,
+                                               lever.prev, lever.next, lever.parent, boost, lever.neighbour,
                                                wl, keywords)
                 found = _compiled_candidates(cos, base, keywords, cos_scale, scale, 2 * (slack + 1e-12),
                                              (low + margin, high - margin), k)

@@ -53,9 +53,12 @@ class Levers:
                                    for near in (self.prev, self.next, self.parent)])
         return out
 
-    def boost(self) -> F64:
-        """Every row's names and times terms summed (for pass 1: not in the reference's order)."""
-        out: F64 = np.zeros(self.prev.size)
+    def boost(self, out: F64 | None = None) -> F64:
+        """Every row's names and times terms summed (for pass 1: not in the reference's order), in `out` if given."""
+        if out is None:
+            out = np.zeros(self.prev.size)
+        else:
+            out.fill(0.0)
         for boost in (self.names, self.times):
             if boost is not None:
                 out += boost
@@ -82,9 +85,11 @@ def levers(vectors: StreamVectors, text: str | None, config: StreamConfig) -> Le
     named = context.named_rows(text, n) if text and name_weight else None
     names: F64 | None = None
     if named is not None:
-        names = np.zeros(n, np.float64)
+        names = vectors.scratch.take("names", n, np.float64, zero=True)
         names[named] = name_weight
-    times = time_weight * context.timed[:n].astype(np.float64) if text and time_weight and asks_when(text) else None
+    times = None
+    if text and time_weight and asks_when(text):  # (time_weight * each flag as 0.0 or 1.0)
+        times = np.multiply(context.timed[:n], time_weight, out=vectors.scratch.take("times", n, np.float64))
     if not n_weight and names is None and times is None:
         return None
     if n_weight:

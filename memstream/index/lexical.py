@@ -218,10 +218,14 @@ class StreamTerms:
 
     # -- reading -----------------------------------------------------------------------------------
 
-    def score(self, query: str, rows: int, compiled: bool | None = None) -> F64:
-        """The BM25 score of each of the first `rows` rows for the query (0 where no weighted term matches).
-        `compiled`: _kernels.py's loop or numpy (default: the loop once loaded); the same floats either way."""
-        out = np.zeros(rows, np.float64)
+    def score(self, query: str, rows: int, compiled: bool | None = None, *, out: F64 | None = None) -> F64:
+        """The BM25 score of each of the first `rows` rows for the query (0 where no weighted term matches), in
+        `out` if given (`rows` long: it is zeroed first). `compiled`: _kernels.py's loop or numpy (default: the
+        loop once loaded); the same floats either way."""
+        if out is None:
+            out = np.zeros(rows, np.float64)
+        else:
+            out.fill(0.0)
         compiled = kernels.ready() if compiled is None else compiled
         if self.live == 0:
             return out

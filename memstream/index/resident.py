@@ -21,8 +21,8 @@ from memstream.records import ResidentStats
 
 __all__ = ["RESIDENT_MB", "TEXT_LOAD_BYTES", "Resident", "bytes_per_memory", "load_room"]
 
-# The default budget: 1 GiB holds about 330k memories of 384 dimensions (about 3.2 KB each with the screen, the
-# lexical index and the context: README, Memory per process), 33 streams of 10k, on a host with 2 GiB for the bot.
+# The default budget: 1 GiB holds about 300k memories of 384 dimensions (about 3.5 KB each with the screen, the
+# lexical index and the context: README, Memory per process), 30 streams of 10k, on a host with 2 GiB for the bot.
 RESIDENT_MB = 1024
 # Per memory, beside its row and screen row: id, importance, last access, creation, recency proxy (8 B each), inverse
 # norm (4 B); and the share of the lexical index and the context, as the process's resident memory grows (100 streams

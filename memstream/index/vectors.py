@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from memstream.index import _kernels as kernels
 from memstream.index import _pages as pages
+from memstream.index._scratch import Scratch
 from memstream.index.context import StreamContext
 from memstream.index.cues import hold_times
 from memstream.index.grounding import Grounding
@@ -68,6 +69,7 @@ class StreamVectors:
         self.context: StreamContext | None = None  # authors, neighbours, time words (index_context)
         self._yc: tuple[float, F64, float] | None = None
         self._memo: dict[object, F64] = {}
+        self.scratch = Scratch()  # a query's per-row arrays, reused in a large stream (_scratch.py)
         self.dim = 0
         self._blocks: list[F32] = []
         self._starts: list[int] = []
@@ -190,7 +192,7 @@ class StreamVectors:
         if self._screen is not None:
             total += self._screen.n * (self.dim * 2 + 4)
         arrays = [*vars(self).values(), *self._memo.values(), *(self._yc[1:2] if self._yc else ())]
-        total += sum(value.nbytes for value in arrays if isinstance(value, np.ndarray))
+        total += sum(value.nbytes for value in arrays if isinstance(value, np.ndarray)) + self.scratch.nbytes()
         if self.terms is not None:
             total += self.terms.nbytes()
         if self.context is not None:
