@@ -38,7 +38,8 @@ def _stream(n: int, seed: int = 0) -> StreamVectors:
     texts = [f"{WORDS[i % 8]} and {WORDS[(i * 7) % 8]} with {('Ana', 'Bo', 'Cy')[i % 3]}"
              + (" at 5pm" if i % 11 == 0 else "") for i in range(n)]
     arrays = StreamArrays(ids=ids, importance=rng.integers(1, 11, n).astype(np.float32),
-                          last_accessed=NOW - rng.uniform(0, 1e6, n), created=(NOW - 1e6 + ids * 3.0).astype(np.float64),
+                          last_accessed=NOW - rng.uniform(0, 1e6, n),
+                          created=(NOW - 1e6 + ids * 3.0).astype(np.float64),
                           embeddings=rng.standard_normal((n, 8)).astype(np.float32))
     vectors = StreamVectors(arrays)
     sources = {int(i): Source(author=("Ana", "Bo", "Cy")[int(i) % 3], author_id=str(int(i) % 3),
