@@ -51,10 +51,12 @@ class Retriever:
         """The top k memories for `query` (leaving out `exclude`); their last access becomes now.
 
         Two hops to the store besides the ranking: its check for other processes' writes, then one write that
-        reads the winners, touches them and counts the query's embedding call (`Store.retrieved`)."""
+        reads the winners, touches them and counts the query's embedding call (`Store.retrieved`). A stream not
+        in memory starts loading before the query is embedded (VectorIndex.prefetch)."""
         limit = k or self.config.k
         now = to_timestamp(at or self.clock.now())
         await self.store.check_embedding_model()  # a query of another model cannot rank these vectors
+        self.index.prefetch(stream)  # a cold stream loads while the query is embedded
         try:
             with self.models.deferred_usage():  # counted in memory here, written with the touch
                 embedded = await self.models.embed([query], stream=stream)

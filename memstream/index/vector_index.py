@@ -73,6 +73,7 @@ class VectorIndex:
         # Loads take turns: a load holds its rows and their temporaries before the budget can count them, so
         # several at once (cold queries of several servers) would take the process past it by as many streams.
         self._turn = asyncio.Semaphore(1)
+        self._prefetches: set[asyncio.Task[None]] = set()
         self._stop = store.listen(self)
 
     @classmethod
@@ -85,6 +86,8 @@ class VectorIndex:
 
     def close(self) -> None:
         """Stop listening to the store (the matrices are left to the garbage collector)."""
+        for task in self._prefetches:
+            task.cancel()
         self._stop()
         for stream in list(self._streams):
             self.resident.forget(stream)
@@ -106,6 +109,20 @@ class VectorIndex:
             task = asyncio.ensure_future(self._load(stream))
             self._loading[stream] = task
         return await asyncio.shield(task)
+
+    def prefetch(self, stream: str) -> None:
+        """Start loading a stream that is not in memory, without waiting for it: a query's load then runs while
+        its text is being embedded (a model server's round trip, often longer than the load), and the query finds
+        the stream loaded or loading. A failed load is not reported here: the query's own `get` meets it."""
+        if stream in self._streams or stream in self._loading:
+            return
+        task = asyncio.ensure_future(self._prefetched(stream))
+        self._prefetches.add(task)
+        task.add_done_callback(self._prefetches.discard)
+
+    async def _prefetched(self, stream: str) -> None:
+        with contextlib.suppress(Exception):
+            await self.get(stream)
 
     async def _load(self, stream: str) -> StreamVectors:
         async with self._turn:

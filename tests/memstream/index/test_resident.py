@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -343,3 +345,44 @@ async def test_the_budget_holds_and_nothing_is_lost_under_any_queries_and_writes
     finally:
         await memory.close()
         await other.close()
+
+
+class _WaitingEmbedder(FakeEmbedder):
+    """An embedder slower than a load: it answers a query once `ready()` holds (or gives up after 5 s)."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__(dim=dim)
+        self.ready: Callable[[], bool] = lambda: True
+        self.waited: list[bool] = []
+
+    async def embed_batch(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        for _ in range(500):
+            if self.ready():
+                break
+            await asyncio.sleep(0.01)
+        self.waited.append(self.ready())
+        return await super().embed_batch(texts)
+
+
+async def test_a_cold_stream_loads_while_its_query_is_embedded(tmp_path: Path, clock: FakeClock) -> None:
+    store = await Store.open(tmp_path / "prefetch.db")
+    embedder = _WaitingEmbedder(DIM)
+    role = RoleModel(ScriptedChat(default="6"), "m")
+    memory = MemoryStream(store, embedder, rater=role, reflector=role, agent=role, name="Isabella",
+                          summary="Runs a cafe.", clock=clock, auto_reflect=False,
+                          config=StreamConfig(profile="hybrid"))
+    try:
+        await _seed(memory, ["guild:a", "guild:b"], each=5)
+        memory.index.drop("guild:a")
+        embedder.waited.clear()
+        embedder.ready = lambda: memory.index.loaded("guild:a") is not None  # answered once the stream is in
+        found = await memory.retrieve("cats", stream="guild:a")
+        assert embedder.waited == [True] and len(found) == 5  # loaded before the embedding came back
+        assert [m.memory.id for m in found] == [m.memory.id for m in await memory.explain("cats", stream="guild:a")]
+        embedder.ready = lambda: True  # a stream that is in memory is not loaded again
+        assert memory.index.loaded("guild:a") is not None
+        before = memory.index.loaded("guild:a")
+        await memory.retrieve("cats", stream="guild:a")
+        assert memory.index.loaded("guild:a") is before
+    finally:
+        await memory.close()
