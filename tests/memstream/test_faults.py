@@ -40,7 +40,7 @@ class Script:
 def script(openai_server: FakeOpenAIServer) -> Script:
     answers = Script()
     openai_server.on_chat(answers)
-    openai_server.timeout_sleep = 2.0
+    openai_server.timeout_sleep = 2.0  # (past the memory fixture's 1 s client timeout)
     return answers
 
 
@@ -48,7 +48,7 @@ def script(openai_server: FakeOpenAIServer) -> Script:
 async def memory(tmp_path: Path, openai_server: FakeOpenAIServer, clock: FakeClock,
                  script: Script) -> AsyncIterator[MemoryStream]:
     persona = PersonaConfig(name="Isabella", summary="Runs Hobbs Cafe.", database=tmp_path / "i.db",
-                            models=ModelConfig(base_url=openai_server.base_url, max_retries=0, timeout=0.3),
+                            models=ModelConfig(base_url=openai_server.base_url, max_retries=0, timeout=1.0),
                             memory=StreamConfig(reflection_threshold=5))
     async with await MemoryStream.open(persona, clock=clock, environ={}, auto_reflect=False) as opened:
         yield opened
