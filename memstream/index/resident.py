@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 
 from memstream.records import ResidentStats
 
-__all__ = ["RESIDENT_MB", "TEXT_LOAD_BYTES", "Resident", "bytes_per_memory", "load_room"]
+__all__ = ["RESIDENT_MB", "Resident", "bytes_per_memory", "load_room"]
 
 # The default budget: 1 GiB holds about 300k memories of 384 dimensions (about 3.5 KB each with the screen, the
 # lexical index and the context: README, Memory per process), 30 streams of 10k, on a host with 2 GiB for the bot.
@@ -30,11 +30,10 @@ RESIDENT_MB = 1024
 # context, replies more).
 _COLUMN_BYTES = 44
 # What a load holds beside what its stream keeps, until it is built (tracemalloc's peak less what is kept, streams of
-# 10k and 39k memories of bench.persona's file): a chunk of rows and their temporaries, about 14 MB (less for a
-# smaller stream); with a lexical index or a context, the texts, sources and words too, about 650 B a memory (a
-# quarter of what the stream keeps).
+# 10k and 39k memories of bench.persona's file): a chunk of rows and their temporaries while the rows are read,
+# about 14 MB (less for a smaller stream); with a lexical index or a context, the texts, sources and words until
+# they are built, about 650 B a memory (a quarter of what the stream keeps).
 _LOAD_BYTES = 16 << 20
-TEXT_LOAD_BYTES = 650
 _LEXICAL_BYTES = 1170
 
 
@@ -136,8 +135,8 @@ def bytes_per_memory(dim: int, *, lexical: bool) -> int:
     return dim * 4 + dim * 2 + _COLUMN_BYTES + (_LEXICAL_BYTES if lexical else 0)
 
 
-def load_room(kept: int, *, texts: bool) -> int:
+def load_room(kept: int, *, texts: bool, read: bool = False) -> int:
     """About what a stream's load holds beside what the stream keeps once loaded (`kept` bytes) until it is built:
     room made for it too, so the process stays within the budget while it loads (`texts`: with a lexical index or
-    a context)."""
-    return min(kept, _LOAD_BYTES) + (kept // 4 if texts else 0)
+    a context; `read`: its rows are read already)."""
+    return (0 if read else min(kept, _LOAD_BYTES)) + (kept // 4 if texts else 0)

@@ -75,6 +75,7 @@ class Retriever:
                       at: datetime | None = None) -> list[ScoredMemory]:
         """The same ranking, read-only."""
         await self.store.check_embedding_model()
+        self.index.prefetch(stream)
         embedded = await self.models.embed([query], stream=stream)
         return await self.explain_vector(embedded[0], stream=stream, k=k, at=at, text=query)
 

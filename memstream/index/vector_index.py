@@ -19,7 +19,7 @@ from memstream.index import _release as release
 from memstream.index.context import StreamContext
 from memstream.index.grounding import Grounding
 from memstream.index.profiles import uses_context, uses_grounding, uses_lexical
-from memstream.index.resident import RESIDENT_MB, TEXT_LOAD_BYTES, Resident, bytes_per_memory, load_room
+from memstream.index.resident import RESIDENT_MB, Resident, bytes_per_memory, load_room
 from memstream.index.vectors import SCREEN_BYTES, StreamVectors
 from memstream.records import Source
 from memstream.store import Store, StreamArrays
@@ -242,7 +242,8 @@ class VectorIndex:
         kept = self.resident.expected(stream)
         expected = kept + load_room(kept, texts=texts)
         if rows:
-            expected = max(expected, rows * (bytes_per_memory(dim, lexical=texts) + (TEXT_LOAD_BYTES if texts else 0)))
+            said = rows * bytes_per_memory(dim, lexical=texts)
+            expected = max(expected, said + load_room(said, texts=texts, read=True))
         if kept or rows:
             self._evict(self.resident.over(stream, self._busy, incoming=expected))
 
