@@ -42,11 +42,11 @@ _warming = False
 
 
 def _compile() -> dict[str, Any]:
-    from memstream.index import _loops  # optional: numba imported, the loops compiled or loaded, on first use
+    from memstream.index import _loops, _word_loops  # optional: numba imported, the loops compiled or loaded
 
     return {"prepare": _loops.prepare, "cosines": _loops.cosines, "pass_terms": _loops.pass_terms,
             "candidates": _loops.candidates, "cut": _loops.cut, "finish": _loops.finish, "quantize": _loops.quantize,
-            "bm25": _loops.bm25, "context": _loops.context}
+            "bm25": _loops.bm25, "context": _loops.context, "cut_words": _word_loops.cut_words}
 
 
 def _get() -> dict[str, Any] | None:
@@ -72,6 +72,8 @@ def _warm(kernels: dict[str, Any]) -> None:
     # The argument types of real calls, so that each loop is compiled (or loaded) once, here.
     ones32, ones, rows = np.ones(4, np.float32), np.ones(4), np.arange(4, dtype=np.int64)
     kernels["prepare"](ones32)
+    for chars in (np.frombuffer(b"a b\n", np.uint8), np.frombuffer("a b\n".encode("utf-32-le"), np.uint32)):
+        kernels["cut_words"](chars, np.array([4], np.int64), np.ones(128, np.uint8))
     kernels["cosines"](np.ones((4, 4), np.float32), ones32, ones32, ones32.copy(), 0)
     codes = np.ones((4, 4), np.int16)
     kernels["cosines"](codes, ones32, ones32, ones32.copy(), 0)

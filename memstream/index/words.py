@@ -1,6 +1,10 @@
 """The words of a text and the terms they are indexed by: lower-cased runs of letters and digits, each reduced to
 its stem by the Snowball stemmer of the persona's language (English stop words left out), for the lexical
 index (lexical.py, postings.py) and the time cue (cues.py), which read a text's words once between them.
+
+A stream's load reads the words of all its texts at once (words_of): by the compiled loop once it is loaded
+(_word_loops.py: ~0.7 us a text, ASCII or not, and a string made only for each distinct word), else by one
+pattern or split over the texts joined (~2.5 us a text; ~4.5 with text beyond ASCII).
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ from itertools import chain
 from typing import NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 
+from memstream.index import _kernels as kernels
 from memstream.store.arrays import I64
 
 __all__ = ["STOP_WORDS", "Words", "stems", "terms", "words", "words_of"]
@@ -23,6 +29,13 @@ _ASCII_BREAKS = str.maketrans({c: " " for c in map(chr, range(128)) if c not in 
 # Between the texts of a chunk read at once: a word no text of the chunk holds (checked).
 _SEPARATOR = "0sep0"
 _MEMO_WORDS = 1_000_000  # per language: the words seen, each with its term (None: a stop word)
+# Per code point: whether words are made of it (str.isalnum, as the pattern's [^\W_]), for the compiled loop; beyond
+# ASCII, filled in as code points are met (`_met`).
+_ASCII_WORDY = np.array([chr(c).isalnum() for c in range(128)], np.uint8)
+_WORDY = np.zeros(0x110000, np.uint8)
+_WORDY[:128] = _ASCII_WORDY
+_met = np.zeros(0x110000, np.bool_)
+_met[:128] = True
 _STOP_TEXT = """
 # noqa: SIM905 (a word list reads better as text) a about above after again against all am an and any are as
 at be been before being below between both but by can could did do does doing don down during each few for
@@ -97,9 +110,11 @@ class Words(NamedTuple):
         return np.repeat(np.arange(len(self.counts), dtype=np.int64), self.counts)
 
 
-def words_of(texts: Sequence[str]) -> Words:
-    """The words of many texts at once, as words() gives them text by text (read in one pass over the texts
-    joined: ~1 us a text rather than ~2.5; ASCII text by str.translate, faster again than the pattern)."""
+def words_of(texts: Sequence[str], compiled: bool | None = None) -> Words:
+    """The words of many texts at once, as words() gives them text by text. `compiled`: by the compiled loop or
+    not (default: the loop once loaded); the same words either way."""
+    if compiled if compiled is not None else kernels.ready():
+        return _cut(texts)
     n = len(texts)
     joined = f"\n{_SEPARATOR}\n".join(texts).lower()  # (newlines: no word runs across a join, nor cases change)
     if n == 0 or joined.count(_SEPARATOR) != n - 1:  # a text holds the separator: text by text
@@ -118,6 +133,27 @@ def words_of(texts: Sequence[str]) -> Words:
         distinct.pop()
         codes = np.delete(codes, breaks)
     return Words(distinct, codes, counts.astype(np.int64))
+
+
+def _cut(texts: Sequence[str]) -> Words:
+    """words_of by the compiled loop: the texts lower-cased one by one (as words() does: the final sigma is a
+    text's own), joined with a newline after each."""
+    lowered = [text.lower() for text in texts]
+    joined = "\n".join(lowered) + "\n"
+    ends = np.cumsum(np.fromiter(map(len, lowered), np.int64, len(lowered)) + 1)
+    if joined.isascii():
+        chars: npt.NDArray[np.integer] = np.frombuffer(joined.encode("ascii"), np.uint8)
+        wordy = _ASCII_WORDY
+    else:
+        chars = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), np.uint32)
+        for code in np.unique(chars[chars >= 128]).tolist():
+            if not _met[code]:
+                _WORDY[code] = chr(code).isalnum()
+                _met[code] = True  # (after the flag: a thread that sees it met sees the flag)
+        wordy = _WORDY
+    codes, counts, first, last = kernels.loops()["cut_words"](chars, ends, wordy)
+    distinct = [joined[a:b] for a, b in zip(first.tolist(), last.tolist(), strict=True)]
+    return Words(distinct, codes, counts)
 
 
 def _coded(flat: list[str], counts: I64) -> Words:

@@ -8,9 +8,11 @@ import itertools
 import re
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memstream.index import _kernels as kernels
 from memstream.index.context import StreamContext
 from memstream.index.cues import TIME_WORDS, hold_times, holds_time
 from memstream.index.vectors import StreamVectors
@@ -34,13 +36,27 @@ def _reference_time(text: str) -> bool:
 
 
 @settings(max_examples=400, deadline=None, derandomize=True, database=None)
-@given(st.lists(texts, max_size=12))
+@given(st.lists(texts | st.text(st.characters(codec="utf-8"), max_size=40), max_size=12))
 def test_words_of_many_texts_are_each_texts_words(batch: list[str]) -> None:
-    said = words_of(batch)
-    docs = said.docs()
-    got = [[said.distinct[c] for c, d in zip(said.codes.tolist(), docs.tolist(), strict=True) if d == i]
-           for i in range(len(batch))]
-    assert got == [words(text) for text in batch]
+    expected = [words(text) for text in batch]
+    for compiled in (False, True) if kernels.available() else (False,):  # the compiled loop and the joined text
+        said = words_of(batch, compiled=compiled)
+        docs = said.docs()
+        got = [[said.distinct[c] for c, d in zip(said.codes.tolist(), docs.tolist(), strict=True) if d == i]
+               for i in range(len(batch))]
+        assert got == expected, compiled
+        assert len(set(said.distinct)) == len(said.distinct)  # each distinct word once, with one code
+        assert said.counts.tolist() == [len(w) for w in expected]
+
+
+def test_the_compiled_cut_tells_apart_many_words_with_the_same_letters() -> None:
+    # (more distinct words than its first table holds, so it grows; and words of equal length and letters)
+    batch = ["".join(p) + " " + "".join(reversed(p)) for p in itertools.permutations("abcdefg")]
+    if not kernels.available():
+        pytest.skip("numba is not available here")
+    said = words_of(batch, compiled=True)
+    assert len(said.distinct) == len({w for text in batch for w in words(text)}) == 5040
+    assert [said.distinct[c] for c in said.codes.tolist()] == [w for text in batch for w in words(text)]
 
 
 def test_time_flags_of_every_piece_and_pair_are_the_definitions() -> None:
