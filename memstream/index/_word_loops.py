@@ -15,7 +15,7 @@ from typing import Any
 import numba
 import numpy as np
 
-__all__ = ["cut_words"]
+__all__ = ["count_terms", "cut_words"]
 
 jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 _OFFSET = np.uint64(14695981039346656037)
@@ -106,3 +106,48 @@ def _grown(values: Any, size: int) -> Any:
     out = np.empty(size, values.dtype)
     out[: values.size] = values
     return out
+
+
+@jit
+def count_terms(term_of: Any, codes: Any, counts: Any, terms: int) -> tuple[Any, Any, Any, Any]:
+    # Postings.feed's pairs: given each distinct word's term (-1: none), each word's code and each text's count
+    # of words, every (term, text) pair once with its count, in (term, text) order, and each text's length (its
+    # words that are terms). A counting sort by term: each term's pairs come in text order.
+    texts = counts.size
+    lengths = np.zeros(texts, np.int64)
+    seen = np.full(terms, -1, np.int64)  # per term: its pair in the current text, if any
+    since = np.full(terms, -1, np.int64)  # ... and which text that was
+    pair_term = np.empty(codes.size, np.int64)
+    pair_text = np.empty(codes.size, np.int64)
+    pair_count = np.zeros(codes.size, np.int64)
+    pairs = 0
+    w = 0
+    for text in range(texts):
+        for _ in range(counts[text]):
+            term = term_of[codes[w]]
+            w += 1
+            if term < 0:
+                continue
+            lengths[text] += 1
+            if since[term] != text:
+                since[term] = text
+                seen[term] = pairs
+                pair_term[pairs] = term
+                pair_text[pairs] = text
+                pairs += 1
+            pair_count[seen[term]] += 1
+    starts = np.zeros(terms + 1, np.int64)
+    for p in range(pairs):
+        starts[pair_term[p] + 1] += 1
+    for t in range(terms):
+        starts[t + 1] += starts[t]
+    out_term = np.empty(pairs, np.int64)
+    out_text = np.empty(pairs, np.int64)
+    out_count = np.empty(pairs, np.int64)
+    for p in range(pairs):
+        at = starts[pair_term[p]]
+        starts[pair_term[p]] += 1
+        out_term[at] = pair_term[p]
+        out_text[at] = pair_text[p]
+        out_count[at] = pair_count[p]
+    return out_term, out_text, out_count, lengths

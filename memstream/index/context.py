@@ -13,6 +13,7 @@ its row (`set_sources`; VectorIndex reads it from the store): until then it has 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -159,34 +160,65 @@ class StreamContext:
 
     def _set_all(self, entries: Sequence[tuple[int, tuple[str | None, ...]]], asked: Sequence[int]) -> None:
         """set_sources into a context that links nothing yet, given (id, source fields) in id order: the same
-        links, each channel sorted once rather than each memory inserted in order."""
+        links, each channel sorted once (by numpy, on codes) rather than each memory inserted in order."""
         known = [(i, f) for i, f in entries if i in self._unknown and i in self._row_of]
         self._unknown.difference_update(i for i, _ in known)
         self._unknown.difference_update(asked)
-        said: dict[str, list[tuple[float, int]]] = {}
-        for memory_id, fields in known:
-            self._author(memory_id, self._row_of[memory_id], fields)
-            channel = fields[_CHANNEL_ID] or (f"name:{fields[_CHANNEL]}" if fields[_CHANNEL] else None)
-            if channel is not None:
-                self._channel_of[memory_id] = channel
-                said.setdefault(channel, []).append((self._created[memory_id], memory_id))
-            message = fields[_MESSAGE_ID]
-            if message:
-                self._message_of[memory_id] = message
-                self._by_message[message] = memory_id
-        for channel, entries_ in said.items():
-            entries_.sort()
-            rows = np.asarray([self._row_of[memory_id] for _, memory_id in entries_], np.int64)
-            self.prev[rows[1:]], self.next[rows[:-1]] = rows[:-1], rows[1:]
-            self._channels[channel] = entries_
-        for memory_id, fields in known:
-            parent = fields[_REPLY_TO]
-            if parent and parent != fields[_MESSAGE_ID]:
+        ids = [i for i, _ in known]
+        fields = [f for _, f in known]
+        rows = np.fromiter(map(self._row_of.__getitem__, ids), np.int64, len(ids))
+        self._authors(ids, rows, fields)
+        channels = [f[_CHANNEL_ID] or (f"name:{f[_CHANNEL]}" if f[_CHANNEL] else None) for f in fields]
+        self._channel_of.update((i, c) for i, c in zip(ids, channels, strict=True) if c is not None)
+        self._link_all(ids, rows, channels)
+        messages: dict[int, str] = {i: m for i, f in zip(ids, fields, strict=True) if (m := f[_MESSAGE_ID])}
+        self._message_of.update(messages)
+        self._by_message.update(zip(messages.values(), messages.keys(), strict=True))  # (a repeated one: the last)
+        for memory_id, row, f in zip(ids, rows.tolist(), fields, strict=True):
+            parent = f[_REPLY_TO]
+            if parent and parent != f[_MESSAGE_ID]:
                 self._reply_of[memory_id] = parent
                 self._replies.setdefault(parent, set()).add(memory_id)
                 found = self._by_message.get(parent)
-                self.parent[self._row_of[memory_id]] = _NONE if found is None else self._row_of[found]
+                self.parent[row] = _NONE if found is None else self._row_of[found]
         self.version += 1
+
+    def _authors(self, ids: Sequence[int], rows: I64, fields: Sequence[tuple[str | None, ...]]) -> None:
+        """_author for many memories at once (none of them known yet)."""
+        names = [f[_AUTHOR] for f in fields]
+        keys = [f[_AUTHOR_ID] or (f"name:{a}" if a else None) for f, a in zip(fields, names, strict=True)]
+        for key, count in Counter(keys).items():
+            if key is None:
+                continue
+            if key not in self._codes:
+                self._codes[key], self._next_code = self._next_code, self._next_code + 1
+            self._authored[key] = self._authored.get(key, 0) + count
+        self.author[rows] = [self._codes.get(key, _NONE) for key in keys]  # type: ignore[arg-type]
+        pairs = {i: (k, a or "") for i, k, a in zip(ids, keys, names, strict=True) if k is not None}
+        self._name_of.update(pairs)
+        for pair, count in Counter(pairs.values()).items():
+            self._names[pair] = self._names.get(pair, 0) + count
+
+    def _link_all(self, ids: Sequence[int], rows: I64, channels: Sequence[str | None]) -> None:
+        """Each channel's memories in order of (creation time, id), and each linked to the one before and after."""
+        code: dict[str, int] = {}
+        codes = np.fromiter((_NONE if c is None else code.setdefault(c, len(code)) for c in channels), np.int64,
+                            len(channels))
+        ids_ = np.asarray(ids, np.int64)
+        created = np.fromiter(map(self._created.__getitem__, ids), np.float64, len(ids))
+        order = np.lexsort((ids_, created, codes))
+        order = order[codes[order] != _NONE]
+        codes, rows, ids_, created = codes[order], rows[order], ids_[order], created[order]
+        same = codes[1:] == codes[:-1]
+        self.prev[rows[1:][same]] = rows[:-1][same]
+        self.next[rows[:-1][same]] = rows[1:][same]
+        bounds = np.flatnonzero(np.diff(codes)) + 1
+        starts, ends = [0, *bounds.tolist()], [*bounds.tolist(), len(codes)]
+        said = list(zip(created.tolist(), ids_.tolist(), strict=True))
+        names = list(code)
+        for start, end in zip(starts, ends, strict=True):
+            if end > start:
+                self._channels[names[int(codes[start])]] = said[start:end]
 
     def _author(self, memory_id: int, row: int, fields: tuple[str | None, ...]) -> None:
         author = fields[_AUTHOR]

@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from memstream.index import _kernels as kernels
 from memstream.index.words import Words, stems
 from memstream.store.arrays import I64
 
@@ -83,14 +84,23 @@ class Postings:
         self._parts: list[tuple[I64, I64, I64]] = []
         self._lengths: list[I64] = []
 
-    def feed(self, said: Words) -> None:
-        """The next documents, by their words (words.words_of)."""
+    def feed(self, said: Words, compiled: bool | None = None) -> None:
+        """The next documents, by their words (words.words_of). `compiled`: pairs counted by the compiled loop or
+        by numpy (default: the loop once loaded); the same postings either way."""
         n = len(said.counts)
         tid_of = self._tid_of
         for word in set(said.distinct).difference(tid_of):
             found = self.rule.term(word)
             tid_of[word] = -1 if found is None else self.vocab.setdefault(found, len(self.vocab))
-        tids = np.fromiter(map(tid_of.__getitem__, said.distinct), np.int64, len(said.distinct))[said.codes]
+        term_of = np.fromiter(map(tid_of.__getitem__, said.distinct), np.int64, len(said.distinct))
+        if compiled if compiled is not None else kernels.ready():
+            tids, docs, tfs, lengths = kernels.loops()["count_terms"](term_of, said.codes, said.counts,
+                                                                      len(self.vocab))
+            self._lengths.append(lengths)
+            self._parts.append((tids, docs + self.documents, tfs))
+            self.documents += n
+            return
+        tids = term_of[said.codes]
         docs = said.docs()
         kept = tids >= 0
         tids, docs = tids[kept], docs[kept]

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from memstream.index import _kernels as kernels
 from memstream.index.context import StreamContext
 from memstream.index.cues import TIME_WORDS, hold_times, holds_time
+from memstream.index.postings import Postings
 from memstream.index.vectors import StreamVectors
 from memstream.index.words import words, words_of
 from memstream.records import Source
@@ -47,6 +48,22 @@ def test_words_of_many_texts_are_each_texts_words(batch: list[str]) -> None:
         assert got == expected, compiled
         assert len(set(said.distinct)) == len(said.distinct)  # each distinct word once, with one code
         assert said.counts.tolist() == [len(w) for w in expected]
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(st.lists(st.lists(texts, max_size=10), min_size=1, max_size=4), st.sampled_from(["english", "none"]))
+def test_postings_counted_by_the_compiled_loop_are_numpys(chunks: list[list[str]], language: str) -> None:
+    if not kernels.available():
+        pytest.skip("numba is not available here")
+    gathered = {True: Postings(language), False: Postings(language)}
+    for chunk in chunks:  # (chunk after chunk: documents numbered on, the vocabulary grown)
+        for compiled, postings in gathered.items():
+            postings.feed(words_of(chunk, compiled=False), compiled=compiled)
+    fast, plain = gathered[True], gathered[False]
+    assert fast.vocab == plain.vocab and fast.documents == plain.documents
+    assert fast.lengths().tolist() == plain.lengths().tolist()
+    got, expected = fast.postings(), plain.postings()
+    assert [part.tolist() for part in got] == [part.tolist() for part in expected]
 
 
 def test_the_compiled_cut_tells_apart_many_words_with_the_same_letters() -> None:
