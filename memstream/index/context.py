@@ -130,7 +130,8 @@ class StreamContext:
     def set_sources(self, sources: Mapping[int, Source], asked: Sequence[int] = ()) -> None:
         """The sources of rows added before; `asked` ids the store did not find are taken as having none."""
         if self._fresh() and len(sources) > _BULK:  # a stream's load: every channel at once
-            self._set_all([(i, _fields(sources[i])) for i in sorted(sources)], asked)
+            ids = sorted(sources)
+            self._set_all(ids, [_fields(sources[i]) for i in ids], asked)
             return
         for memory_id in [*sorted(sources), *asked]:
             if memory_id not in self._unknown or memory_id not in self._row_of:
@@ -152,20 +153,25 @@ class StreamContext:
         if not self._fresh():
             self.set_sources({i: Source(*f) for i, f in zip(ids, fields, strict=True)}, ids)
             return
-        self._set_all(sorted(zip(ids, fields, strict=True)), ids)
+        order = np.asarray(ids, np.int64)
+        if order.size > 1 and (np.diff(order) <= 0).any():  # (a load reads them in time order: mostly in id order)
+            at = np.argsort(order, kind="stable").tolist()
+            ids, fields = [ids[k] for k in at], [fields[k] for k in at]
+        self._set_all(list(ids), list(fields), ids)
 
     def _fresh(self) -> bool:
         """Whether no source is linked yet."""
         return not self._channels and not self._by_message and not self._replies and not self._name_of
 
-    def _set_all(self, entries: Sequence[tuple[int, tuple[str | None, ...]]], asked: Sequence[int]) -> None:
-        """set_sources into a context that links nothing yet, given (id, source fields) in id order: the same
-        links, each channel sorted once (by numpy, on codes) rather than each memory inserted in order."""
-        known = [(i, f) for i, f in entries if i in self._unknown and i in self._row_of]
-        self._unknown.difference_update(i for i, _ in known)
+    def _set_all(self, ids: list[int], fields: list[tuple[str | None, ...]], asked: Sequence[int]) -> None:
+        """set_sources into a context that links nothing yet, given ids in increasing order and their source
+        fields: the same links, each channel sorted once (by numpy, on codes) rather than each memory inserted in
+        order."""
+        if len(self._unknown.intersection(ids)) < len(ids):  # some set already, or gone: left out
+            kept = [k for k, i in enumerate(ids) if i in self._unknown and i in self._row_of]
+            ids, fields = [ids[k] for k in kept], [fields[k] for k in kept]
+        self._unknown.difference_update(ids)  # (an unknown id always has a row: add() and remove() see to it)
         self._unknown.difference_update(asked)
-        ids = [i for i, _ in known]
-        fields = [f for _, f in known]
         rows = np.fromiter(map(self._row_of.__getitem__, ids), np.int64, len(ids))
         self._authors(ids, rows, fields)
         channels = [f[_CHANNEL_ID] or (f"name:{f[_CHANNEL]}" if f[_CHANNEL] else None) for f in fields]
@@ -174,13 +180,13 @@ class StreamContext:
         messages: dict[int, str] = {i: m for i, f in zip(ids, fields, strict=True) if (m := f[_MESSAGE_ID])}
         self._message_of.update(messages)
         self._by_message.update(zip(messages.values(), messages.keys(), strict=True))  # (a repeated one: the last)
-        for memory_id, row, f in zip(ids, rows.tolist(), fields, strict=True):
-            parent = f[_REPLY_TO]
-            if parent and parent != f[_MESSAGE_ID]:
-                self._reply_of[memory_id] = parent
-                self._replies.setdefault(parent, set()).add(memory_id)
-                found = self._by_message.get(parent)
-                self.parent[row] = _NONE if found is None else self._row_of[found]
+        replies: list[tuple[int, int, str]] = [(i, k, parent) for k, (i, f) in enumerate(zip(ids, fields, strict=True))
+                                               if (parent := f[_REPLY_TO]) and parent != f[_MESSAGE_ID]]
+        for memory_id, k, parent in replies:
+            self._reply_of[memory_id] = parent
+            self._replies.setdefault(parent, set()).add(memory_id)
+            found = self._by_message.get(parent)
+            self.parent[int(rows[k])] = _NONE if found is None else self._row_of[found]
         self.version += 1
 
     def _authors(self, ids: Sequence[int], rows: I64, fields: Sequence[tuple[str | None, ...]]) -> None:
