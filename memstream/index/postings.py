@@ -4,8 +4,9 @@ document's terms a slice too.
 
 Loading a stream indexes all of its texts at once: one Python list per term and per document, as texts added
 one by one get, cost ~10 us a text (100 ms for 10k memories, most of a cold stream's load). In bulk, a chunk's
-words are mapped to term ids through one dict lookup each, and numpy counts and sorts the (term, document)
-pairs: the same postings, a few microseconds a text.
+distinct words are mapped to term ids through one dict lookup each, and the (term, document) pairs are counted
+and ordered by a compiled loop (_word_loops.count_terms: one walk and a counting sort) or, until it is loaded,
+by numpy's sort: the same postings, under half a microsecond a text.
 """
 
 from __future__ import annotations
