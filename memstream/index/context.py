@@ -210,17 +210,17 @@ class StreamContext:
         code: dict[str, int] = {}
         codes = np.fromiter((_NONE if c is None else code.setdefault(c, len(code)) for c in channels), np.int64,
                             len(channels))
-        ids_ = np.asarray(ids, np.int64)
         created = np.fromiter(map(self._created.__getitem__, ids), np.float64, len(ids))
-        order = np.lexsort((ids_, created, codes))
+        order = np.lexsort((np.asarray(ids, np.int64), created, codes))
         order = order[codes[order] != _NONE]
-        codes, rows, ids_, created = codes[order], rows[order], ids_[order], created[order]
+        codes, rows = codes[order], rows[order]
         same = codes[1:] == codes[:-1]
         self.prev[rows[1:][same]] = rows[:-1][same]
         self.next[rows[:-1][same]] = rows[1:][same]
         bounds = np.flatnonzero(np.diff(codes)) + 1
         starts, ends = [0, *bounds.tolist()], [*bounds.tolist(), len(codes)]
-        said = list(zip(created.tolist(), ids_.tolist(), strict=True))
+        # (the entries hold the id and time objects the context holds already: new ones would cost ~56 B a row)
+        said = [(self._created[i], i) for i in map(ids.__getitem__, order.tolist())]
         names = list(code)
         for start, end in zip(starts, ends, strict=True):
             if end > start:
