@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 
@@ -190,6 +191,9 @@ class PersonaBot(commands.Bot):
                             observe.unsettled())  # type: ignore[attr-defined]
         write_status("stopped")
         await super().close()
+        if observe is not None:  # an edit or deletion the gateway delivered meanwhile: the memory outlives it
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(observe.changes.still(), CLOSE_DRAIN_SECONDS)  # type: ignore[attr-defined]
 
     async def on_app_command_error(self, interaction: discord.Interaction[discord.Client],
                                    error: app_commands.AppCommandError) -> None:

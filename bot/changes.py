@@ -49,6 +49,9 @@ class Changes:
         self.failures = 0  # in a row
         self.retrying = False
         self.wake = asyncio.Event()
+        self.applying = 0  # changes being applied now
+        self._still = asyncio.Event()  # set while none is
+        self._still.set()
 
     async def edit(self, message_id: str, edit: Edit) -> None:
         """Apply an edit now, or keep it to be tried again if the store cannot take it now."""
@@ -79,6 +82,10 @@ class Changes:
                 finally:
                     self.retrying = False
 
+    async def still(self) -> None:
+        """Wait until no change is being applied (a stop: the memory must outlive the changes at work)."""
+        await self._still.wait()
+
     def settled(self) -> bool:
         """Whether nothing waits (and no retry is under way)."""
         return not self.waiting and not self.retrying
@@ -89,6 +96,16 @@ class Changes:
             if self.waiting else ""
 
     async def _apply(self, changes: dict[str, Edit | None], *, again: bool = False) -> None:
+        self.applying += 1
+        self._still.clear()
+        try:
+            await self._apply_now(changes, again=again)
+        finally:
+            self.applying -= 1
+            if not self.applying:
+                self._still.set()
+
+    async def _apply_now(self, changes: dict[str, Edit | None], *, again: bool) -> None:
         steps = _steps(changes)
         for index, (keys, edit) in enumerate(steps):
             try:

@@ -264,8 +264,10 @@ class ObserveCog(commands.Cog):
         return "; ".join(parts) or "nothing was left"
 
     async def drained(self) -> None:
-        """Wait until every queued observation has been written (tests and shutdown)."""
+        """Wait until every queued observation has been written and no edit or deletion is being applied (tests
+        and shutdown)."""
         await self.idle.wait()
+        await self.changes.still()
 
     async def _forget(self, message_ids: list[str]) -> None:
         for message_id in message_ids:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
 import pytest
 
 from bot.changes import Changes, Edit
@@ -170,3 +172,51 @@ async def test_an_edit_made_while_its_message_is_being_stored_follows_it(world: 
 
     await until(edited, "the edit")
     assert "ZQX" not in " ".join(m.text for m in await world.memory.store.recent(stream, 10, include_pending=True))
+
+
+class GatedEmbedder(FakeEmbedder):
+    """Answers once its gate is open: a change held at work."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    async def embed_batch(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        await self.gate.wait()
+        return await super().embed_batch(texts)
+
+
+async def test_a_stop_waits_for_the_changes_at_work_and_a_store_closed_under_one_keeps_it(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    embedder = GatedEmbedder()
+    persona = PersonaConfig(name="Isabella", summary="Runs a cafe.", database=tmp_path / "m.db",
+                            memory=StreamConfig(reflection_threshold=10_000))
+    memory = await MemoryStream.open(persona, clock=FakeClock(), environ={}, embedder=embedder, chat=ScriptedChat(),
+                                     auto_reflect=False)
+    await _stored(memory, "m1")
+    changes = Changes(memory)
+
+    async def applying() -> bool:
+        return changes.applying == 1
+
+    embedder.gate.clear()  # the edit waits for its embedding
+    editing = asyncio.create_task(changes.edit("m1", Edit(STREAM, "Klaus: note m1, EDITED")))
+    await until(applying, "the edit at work")
+    still = asyncio.create_task(changes.still())
+    await asyncio.sleep(0.05)
+    assert not still.done()  # (a stop waits for it: the memory must outlive it)
+    embedder.gate.set()
+    await editing
+    await asyncio.wait_for(still, 5)
+    assert changes.settled()
+
+    caplog.set_level(logging.WARNING, logger="bot.changes")
+    embedder.gate.clear()
+    editing = asyncio.create_task(changes.edit("m1", Edit(STREAM, "Klaus: note m1, again")))
+    await until(applying, "the second edit at work")
+    await memory.close()  # a stop that could not wait: the store closes under the change
+    embedder.gate.set()
+    await asyncio.wait_for(editing, 5)
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []  # a store failure, not a bug of ours
+    assert list(changes.waiting) == ["m1"]  # kept, to be tried again

@@ -91,6 +91,14 @@ class Connection(aiosqlite.Connection):
         super().__init__(connector, iter_chunk_size)
         self.path, self.errors = path, errors  # the database's path for messages; the binding's error classes
 
+    @property
+    def _conn(self) -> Any:
+        """SQLite's connection; once closed, a StoreError (aiosqlite's is a ValueError), which callers handle as
+        they do every store failure: a task still at work as its owner closes the store (a bot stopping)."""
+        if self._connection is None:
+            raise StoreError(f"{self.path}: the store is closed")
+        return self._connection
+
     async def _execute(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -154,5 +162,5 @@ class Connection(aiosqlite.Connection):
             return True
         try:
             return not self._conn.in_transaction
-        except ValueError:  # closed
+        except StoreError:  # closed
             return False
