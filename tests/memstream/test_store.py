@@ -386,3 +386,14 @@ def test_long_lists_of_ids_go_in_chunks_of_one_statement_each() -> None:
     assert list(chunks(iter("ab"), 2)) == [["a", "b"]]  # any iterable, in order
     assert list(chunks([])) == []
     assert [len(chunk) for chunk in chunks(range(1001))] == [CHUNK, CHUNK, 1]
+
+
+async def test_a_call_after_close_is_a_store_error(database: Path | str) -> None:
+    """A task still at work as its owner closes the store (a bot stopping) meets a StoreError, as for any store
+    failure: never the driver's own exception."""
+    store = await Store.open(database)
+    await store.close()
+    with pytest.raises(StoreError):
+        await store.state("guild:1")
+    with pytest.raises(StoreError):
+        await store.get_many([1])
