@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 
@@ -192,8 +191,10 @@ class PersonaBot(commands.Bot):
         write_status("stopped")
         await super().close()
         if observe is not None:  # an edit or deletion the gateway delivered meanwhile: the memory outlives it
-            with contextlib.suppress(TimeoutError):
+            try:
                 await asyncio.wait_for(observe.changes.still(), CLOSE_DRAIN_SECONDS)  # type: ignore[attr-defined]
+            except TimeoutError:
+                log.warning("closing while an edit or deletion is still being applied: it may not be in the memory")
 
     async def on_app_command_error(self, interaction: discord.Interaction[discord.Client],
                                    error: app_commands.AppCommandError) -> None:
