@@ -1,7 +1,9 @@
 """A persona serving many streams in one SQLite file (bench.servers' data): `streams` streams whose sizes follow a
 Zipf law clipped to 2k-50k and add up to `memories`, cached under bench/data/ keyed by the parameters. The rows
-are written as a live bot writes them (interleaved: ids in creation order across all streams), or with
-`--layout grouped` stream by stream (as an import writes them: each stream's rows together in the file).
+are written as a live bot writes them (interleaved: in creation order across all streams, each row with the id the
+store gives it, the next of its stream's block: memstream.store.idblocks), with `--layout sequential` as stores
+before migration 0010 wrote them (ids in creation order across all streams: each stream's rows spread over the
+whole file), or with `--layout grouped` stream by stream (as an import writes them: each stream's rows together).
 
 `python -m bench.persona [--streams 1000] [--memories 10000000] [--layout L]` builds the file and prints its path
 and how long it took. The rows are bulk-inserted straight into the product's schema (Store.open creates it):
@@ -27,13 +29,15 @@ import sqlite_vec
 
 from bench.data import DATA, NOW, START, source, text
 from memstream.store import Store
+from memstream.store.idblocks import allocate
 from memstream.store.sqlite.binding import sqlite_module
 
 SMALLEST, LARGEST = 2_000, 50_000
 CHUNK = 100_000
-# interleaved: in creation order across the persona, as a live bot writes them; grouped: stream by stream (as an
-# import writes them: each stream's rows contiguous in the file)
-LAYOUTS = ("interleaved", "grouped")
+# interleaved: in creation order across the persona, as a live bot writes them (ids in blocks per stream);
+# sequential: the same with ids in creation order (files written before migration 0010); grouped: stream by
+# stream (as an import writes them: each stream's rows contiguous in the file)
+LAYOUTS = ("interleaved", "sequential", "grouped")
 _INSERT = ("INSERT INTO memories (id, stream, kind, text, created_at, last_accessed_at, importance, "
            "importance_source, depth, author, author_id, channel, channel_id, status, embedding, number) "
            "VALUES (?, ?, 'observation', ?, ?, ?, ?, 'rater', 0, ?, ?, ?, ?, 'ready', ?, ?)")
@@ -76,13 +80,31 @@ def path_for(streams: int, memories: int, dim: int = 384, seed: int = 0, folder:
     return folder / f"servers-{streams}x{memories}x{dim}-seed{seed}{'' if layout == 'interleaved' else '-' + layout}.db"
 
 
-def _plan(sizes: npt.NDArray[np.int64], seed: int, layout: str) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float64],
-                                                            npt.NDArray[np.int64]]:
-    """Every memory's stream, creation time and number in its stream, in creation order across the persona."""
+class _Plan:
+    """Every memory's stream, creation time, number in its stream and id, in the order written; and the streams'
+    open blocks after it (interleaved) and the highest id given or reserved."""
+
+    def __init__(self, sizes: npt.NDArray[np.int64], seed: int, layout: str) -> None:
+        self.labels, self.created, self.numbers = _order(sizes, seed, layout)
+        if layout == "interleaved":
+            made = allocate(self.labels.tolist(), {}, 0)
+            self.ids = np.asarray(made.ids, np.int64)
+            self.blocks = {int(k): block for k, block in made.blocks.items()}
+            self.top = made.top
+        else:
+            self.ids = np.arange(1, len(self.labels) + 1, dtype=np.int64)
+            self.blocks, self.top = {}, len(self.labels)
+
+
+def _order(sizes: npt.NDArray[np.int64], seed: int, layout: str) -> tuple[npt.NDArray[np.int32],
+                                                                          npt.NDArray[np.float64],
+                                                                          npt.NDArray[np.int64]]:
+    """Every memory's stream, creation time and number in its stream, in the order written (creation order across
+    the persona, or stream by stream when grouped)."""
     rng = np.random.default_rng([seed, len(sizes), int(sizes.sum())])
     labels = np.repeat(np.arange(len(sizes), dtype=np.int32), sizes)
     created = rng.uniform(START, NOW - 3600.0, len(labels))
-    order = np.argsort(created, kind="stable") if layout == "interleaved" else np.lexsort((created, labels))
+    order = np.argsort(created, kind="stable") if layout != "grouped" else np.lexsort((created, labels))
     labels, created = labels[order], created[order]
     by_stream = np.argsort(labels, kind="stable")
     starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
@@ -91,8 +113,8 @@ def _plan(sizes: npt.NDArray[np.int64], seed: int, layout: str) -> tuple[npt.NDA
     return labels, created, numbers
 
 
-def _rows(sizes: npt.NDArray[np.int64], dim: int, seed: int, layout: str) -> Iterator[list[tuple[Any, ...]]]:
-    labels, created, numbers = _plan(sizes, seed, layout)
+def _rows(sizes: npt.NDArray[np.int64], dim: int, seed: int, plan: _Plan) -> Iterator[list[tuple[Any, ...]]]:
+    labels, created, numbers, ids = plan.labels, plan.created, plan.numbers, plan.ids
     names = [stream_name(k) for k in range(len(sizes))]
     sources = [source(i) for i in range(200)]  # source(i) repeats every 200 (8 people, 8 channels of 25)
     for start in range(0, len(labels), CHUNK):
@@ -109,7 +131,7 @@ def _rows(sizes: npt.NDArray[np.int64], dim: int, seed: int, layout: str) -> Ite
         for j in range(end - start):
             i = start + j
             s = sources[i % 200]
-            rows.append((i + 1, names[labels[i]], text(i), float(made[j]), float(last[j]), int(importance[j]),
+            rows.append((int(ids[i]), names[labels[i]], text(i), float(made[j]), float(last[j]), int(importance[j]),
                          s.author, s.author_id, s.channel, s.channel_id, vectors[j].tobytes(), int(numbers[i])))
         yield rows
 
@@ -142,7 +164,8 @@ def build(streams: int, memories: int, dim: int = 384, seed: int = 0, *, folder:
     for pragma in ("journal_mode=OFF", "synchronous=OFF", "cache_size=-1000000", "temp_store=MEMORY"):
         conn.execute(f"PRAGMA {pragma}")
     done = 0
-    for rows in _rows(sizes, dim, seed, layout):
+    plan = _Plan(sizes, seed, layout)
+    for rows in _rows(sizes, dim, seed, plan):
         conn.execute("BEGIN")
         conn.executemany(_INSERT, rows)
         conn.execute("COMMIT")
@@ -152,7 +175,10 @@ def build(streams: int, memories: int, dim: int = 384, seed: int = 0, *, folder:
     conn.execute("BEGIN")
     conn.executemany("INSERT INTO stream_numbers (stream, last) VALUES (?, ?)",
                      [(stream_name(k), int(n)) for k, n in enumerate(sizes)])
-    conn.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('memories', ?)", (memories,))
+    conn.executemany("INSERT INTO id_blocks (stream, next, stop) VALUES (?, ?, ?)",
+                     [(stream_name(k), *block) for k, block in plan.blocks.items()])
+    conn.execute("DELETE FROM sqlite_sequence WHERE name = 'memories'")  # (its row, made by the inserts)
+    conn.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('memories', ?)", (plan.top,))
     conn.execute("INSERT INTO meta (key, value) VALUES ('embedding_dimensions', ?) ON CONFLICT (key) DO UPDATE "
                  "SET value = excluded.value", (str(dim),))
     conn.execute("COMMIT")

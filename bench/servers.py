@@ -224,10 +224,11 @@ class Server:
 async def serve(plan: Plan, path: Path) -> dict[str, Any]:
     """The run; its figures (what it wrote deleted from the file afterwards, even when it fails)."""
     sizes = sizes_in(path)
+    mark = _mark(path)
     try:
         server, result = await _serve(plan, path, sizes)
     finally:
-        _restore(path, sizes)
+        _restore(path, sizes, mark)
     return _figures(plan, server, sizes, result)
 
 
@@ -343,13 +344,31 @@ def missed(figures: dict[str, Any]) -> list[str]:
     return out
 
 
-def _restore(path: Path, sizes: dict[str, int]) -> None:
+def _mark(path: Path) -> tuple[int, list[tuple[str, int, int]]]:
+    """Where the file's ids stood before a run: the highest given or reserved, and the streams' open blocks (what
+    the run writes takes ids above the one or in what was left of the others: memstream.store.idblocks)."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        top = int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM sqlite_sequence WHERE name = 'memories'")
+                  .fetchone()[0])
+        has_blocks = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'id_blocks'").fetchone() is not None
+        blocks = conn.execute("SELECT stream, next, stop FROM id_blocks").fetchall() if has_blocks else []
+    finally:
+        conn.close()
+    return top, [(str(s), int(a), int(b)) for s, a, b in blocks]
+
+
+def _restore(path: Path, sizes: dict[str, int], mark: tuple[int, list[tuple[str, int, int]]]) -> None:
     """Delete what the run wrote, so the cached file holds the same streams for the next run."""
-    top = sum(sizes.values())
+    top, blocks = mark
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.execute("BEGIN")
         conn.execute("DELETE FROM memories WHERE id > ?", (top,))
+        conn.executemany("DELETE FROM memories WHERE id >= ? AND id < ?", [(a, b) for _, a, b in blocks])
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'id_blocks'").fetchone() is not None:
+            conn.execute("DELETE FROM id_blocks")
+            conn.executemany("INSERT INTO id_blocks (stream, next, stop) VALUES (?, ?, ?)", blocks)
         conn.executemany("UPDATE stream_numbers SET last = ? WHERE stream = ?", [(n, s) for s, n in sizes.items()])
         conn.execute("UPDATE sqlite_sequence SET seq = ? WHERE name = 'memories'", (top,))
         for table in ("stream_state", "model_usage", "model_usage_daily", "faults"):

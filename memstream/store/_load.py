@@ -29,7 +29,8 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = ["CHUNK", "LoadError", "Part", "Sink", "WorkerFailed", "inverse_norms", "large_empty",
-           "load_in_processes", "processes_available", "read_only", "read_range", "seeks", "select_ready", "split"]
+           "load_in_processes", "processes_available", "ranges", "read_only", "read_range", "runs", "seeks",
+           "select_ready", "split"]
 
 # NOT INDEXED: walk the table in id order over a range of ids, not the stream index in time order, where the
 # stream holds much of its id range (a persona file of one server, a stream imported at once); INDEXED BY: its
@@ -41,6 +42,13 @@ _WALK = "NOT INDEXED"
 _SEEK = "INDEXED BY memories_by_stream"
 # From this share of its id range on, a stream's rows are read by walking the range.
 WALK_DENSITY = 0.25
+# Below it, a stream whose ids make runs of this many rows on average, the same share of each (ids given in
+# blocks per stream since migration 0010: memstream.store.idblocks), is read by walking each run, neighbouring
+# rows; one whose rows are scattered (a file written before) is read through the stream index, a seek per row.
+# Ids at most RUN_GAP apart (deleted rows between) make one run.
+RUN_ROWS = 16
+RUN_GAP = 64
+_IDS = f"SELECT id FROM memories {_SEEK} WHERE stream = ? AND id BETWEEN ? AND ?"
 CHUNK = 4096
 # A row's source, in the order of memstream.records.Source's fields.
 _SOURCE_COLUMNS = ", author, author_id, channel, channel_id, message_id, reply_to"
@@ -190,15 +198,44 @@ class Sink:
         return {name: getattr(self, name)[: self.n] for name, _ in _COLUMNS}
 
 
+def runs(ids: Sequence[int], gap: int = RUN_GAP) -> list[tuple[int, int]]:
+    """The id ranges that hold `ids` (sorted): ids at most `gap` apart in one range."""
+    found: list[tuple[int, int]] = []
+    if not ids:
+        return found
+    first = last = ids[0]
+    for i in ids[1:]:
+        if i - last > gap:
+            found.append((first, last))
+            first = i
+        last = i
+    found.append((first, last))
+    return found
+
+
+def ranges(conn: Any, stream: str, low: int, high: int) -> list[tuple[int, int]] | None:
+    """The id ranges in which a stream with a small share of [low, high] has its rows: the runs of its ids where
+    they make long runs, mostly its own (ids given in blocks), None where they are scattered (a seek a row)."""
+    ids = sorted(row[0] for row in conn.execute(_IDS, (stream, low, high)))
+    found = runs(ids)
+    walked = sum(b - a + 1 for a, b in found)
+    return found if len(found) * RUN_ROWS <= len(ids) >= WALK_DENSITY * walked else None
+
+
 def read_range(connect: Any, stream: str, low: int, high: int, sink: Sink, *, seek: bool = False) -> None:
-    """Fill `sink` with the stream's ready rows whose ids are in [low, high], read through `connect()` (with
-    `seek`, through the stream index)."""
+    """Fill `sink` with the stream's ready rows whose ids are in [low, high], read through `connect()`: walking
+    the range; with `seek` (a stream with a small share of the range), walking each of its `ranges`, or through
+    the stream index where they are scattered. One read transaction: one snapshot."""
     conn = connect()
     try:
-        cursor = conn.execute(select_ready(texts=sink.texts is not None, sources=sink.sources is not None,
-                                           seek=seek), (stream, low, high))
-        while rows := cursor.fetchmany(CHUNK):
-            sink.put(rows)
+        conn.execute("BEGIN")
+        walks = ranges(conn, stream, low, high) if seek else None
+        query = select_ready(texts=sink.texts is not None, sources=sink.sources is not None,
+                             seek=seek and walks is None)
+        for first, last in [(low, high)] if walks is None else walks:
+            cursor = conn.execute(query, (stream, first, last))
+            while rows := cursor.fetchmany(CHUNK):
+                sink.put(rows)
     finally:
         conn.close()
 

@@ -1,6 +1,7 @@
-"""Rules every backend follows alike: when a failed pending observation is tried again (the one retry
-formula, and the SQL that follows it), and the last-access updates a reflection collects to commit with its
-insights; and the bounds of a count (model usage) either backend stores, and the day it counts in."""
+"""Rules every backend follows alike: which pending observations come first (the oldest), when a failed one
+is tried again (the one retry formula, and the SQL that follows it), and the last-access updates a reflection
+collects to commit with its insights; and the bounds of a count (model usage) either backend stores, and the day
+it counts in."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any, Literal
 
 from memstream.clock import Clock, SystemClock
 from memstream.errors import StoreError
+from memstream.records import Memory
 
 __all__ = [
     "COUNT_CEILING",
@@ -27,6 +29,7 @@ __all__ = [
     "collected_touches",
     "deferred_touches",
     "model_mismatch",
+    "oldest",
     "reembed_progress",
     "retry_delay",
     "retry_delay_sql",
@@ -45,6 +48,12 @@ _DOUBLINGS = 30
 COUNT_CEILING = 2**53 - 1
 DAY_SECONDS = 86400  # a usage row's day, and a budget's: a UTC day, from 00:00 UTC
 _touches: ContextVar[dict[int, float] | None] = ContextVar("memstream_deferred_touches", default=None)
+
+
+def oldest(memory: Memory) -> tuple[datetime, int]:
+    """The order pending memories are taken in: by creation time, then id (ids follow time within a stream only,
+    not across streams: memstream.store.idblocks); each backend's query says `ORDER BY created_at, id`."""
+    return memory.created_at, memory.id
 
 
 def collected_touches() -> dict[int, float] | None:

@@ -23,22 +23,34 @@ def test_sizes_follow_the_clipped_zipf_law_and_add_up() -> None:
         zipf_sizes(10, 10_000)
 
 
-@pytest.mark.parametrize("layout", ["interleaved", "grouped"])
+@pytest.mark.parametrize("layout", ["interleaved", "sequential", "grouped"])
 def test_the_layouts_write_a_stream_s_rows_in_time_order_together_or_spread(tmp_path: Path, layout: str) -> None:
     path = build(20, 40_000, folder=tmp_path, layout=layout)
     with sqlite3.connect(path) as conn:
-        spans = conn.execute("SELECT MAX(id) - MIN(id) + 1, COUNT(*), MAX(number) FROM memories "
-                             "GROUP BY stream").fetchall()
+        spans = conn.execute("SELECT MAX(id) - MIN(id) + 1, COUNT(*), MAX(number), COUNT(DISTINCT id / 256) "
+                             "FROM memories GROUP BY stream").fetchall()
         in_order = conn.execute("SELECT COUNT(*) FROM memories a JOIN memories b ON a.stream = b.stream "
-                                "AND b.number = a.number + 1 WHERE b.created_at < a.created_at").fetchone()[0]
-    assert all(count == top == 2_000 for _, count, top in spans) and in_order == 0
-    assert all((span == count) == (layout == "grouped") for span, count, _ in spans)
+                                "AND b.number = a.number + 1 WHERE b.created_at < a.created_at OR b.id < a.id"
+                                ).fetchone()[0]
+        top = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'memories'").fetchall()
+        blocks = conn.execute("SELECT COUNT(*), MAX(stop) - 1 FROM id_blocks").fetchone()
+    assert all(count == last == 2_000 for _, count, last, _ in spans) and in_order == 0
+    assert all((span == count) == (layout == "grouped") for span, count, _, _ in spans)
+    if layout == "interleaved":  # as the store gives ids: the stream's rows in blocks of 256 ids
+        assert all(runs <= 2 * (2_000 // 256 + 1) for _, _, _, runs in spans)  # (a block spans two 256s at most)
+        assert blocks == (20, top[0][0])  # each stream's open block, the last reserved in the sequence
+    else:  # ids in creation order across the persona (sequential: each stream spread over the whole file)
+        assert blocks == (0, None) and top == [(40_000,)]
+        assert all((runs > 100) == (layout == "sequential") for _, _, _, runs in spans)
 
 
 async def test_a_tiny_budget_reloads_and_every_query_is_answered(tmp_path: Path) -> None:
     path = build(20, 40_000, folder=tmp_path)
     before = sizes_in(path)
     assert sum(before.values()) == 40_000 and len(before) == 20
+    with sqlite3.connect(path) as conn:
+        blocks = conn.execute("SELECT * FROM id_blocks ORDER BY stream").fetchall()
+        sequence = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'memories'").fetchall()
     f = await serve(Plan(**SMALL, budget_mb=1), path)  # every stream is larger than the budget
     assert f["queries"] >= 60 and f["queries"] == f["hot_queries"] + f["cold_queries"]
     assert f["hot"].get("n", 0) == f["hot_queries"] and f["cold"]["n"] == f["cold_queries"]
@@ -54,7 +66,9 @@ async def test_a_tiny_budget_reloads_and_every_query_is_answered(tmp_path: Path)
     assert f["writes"]["n"] >= 1 and f["write_errors"] == 0
     assert sizes_in(path) == before  # what the run wrote is gone from the cached file
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT COUNT(*), MAX(id) FROM memories").fetchone() == (40_000, 40_000)
+        assert conn.execute("SELECT COUNT(*) FROM memories").fetchone() == (40_000,)
+        assert conn.execute("SELECT * FROM id_blocks ORDER BY stream").fetchall() == blocks
+        assert conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'memories'").fetchall() == sequence
 
 
 async def test_with_no_budget_nothing_is_reloaded_and_the_ratio_is_measured(tmp_path: Path) -> None:

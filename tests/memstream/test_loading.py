@@ -50,11 +50,13 @@ def _memories(n: int, seed: int = 0) -> list[NewMemory]:
     return out
 
 
-def _by_id(arrays: StreamArrays) -> dict[str, Any]:
-    """The arrays in id order, floats as their bits; the texts in the same order."""
+def _by_id(arrays: StreamArrays, position: dict[int, int] | None = None) -> dict[str, Any]:
+    """The arrays in id order, floats as their bits; the texts in the same order. With `position` (each id's place
+    among the rows inserted), the ids as those places: the same on every backend, whatever ids it gives."""
     order = np.argsort(arrays.ids, kind="stable")
     assert arrays.inverse_norms is not None
-    out: dict[str, Any] = {"ids": arrays.ids[order].tolist()}
+    ids = arrays.ids[order].tolist()
+    out: dict[str, Any] = {"ids": ids if position is None else [position[i] for i in ids]}
     for name in ("importance", "last_accessed", "created", "inverse_norms"):
         out[name] = np.ascontiguousarray(getattr(arrays, name)[order]).tobytes()
     out["matrix"] = np.ascontiguousarray(arrays.matrix()[order]).tobytes()
@@ -62,15 +64,21 @@ def _by_id(arrays: StreamArrays) -> dict[str, Any]:
     return out
 
 
-async def _fill(store: Store, memories: list[NewMemory]) -> set[int]:
-    """Insert, touch some, delete some of guild:1 (both ends, a run, a few): the ids of its ready memories."""
+async def _fill(store: Store, memories: list[NewMemory]) -> tuple[dict[int, int], set[int]]:
+    """Insert, touch some, delete some of guild:1 (both ends, a run, a few): each id's place among the memories
+    (ids are the backend's: unique, and in the order of the inserts within each stream), and the places of
+    guild:1's ready memories."""
     ids = await store.insert(memories)
-    assert ids == list(range(1, len(memories) + 1))  # the same ids on both backends
+    assert len(set(ids)) == len(ids)
+    for stream in {m.stream for m in memories}:
+        own = [i for i, m in zip(ids, memories, strict=True) if m.stream == stream]
+        assert own == sorted(own), stream
     await store.touch(ids[::11], T0 + 1e6 + 0.123)
     mine = [i for i, m in zip(ids, memories, strict=True) if m.stream == "guild:1"]
     doomed = {mine[0], mine[-1], *mine[100:140], *mine[500:503]}
     await store.delete(sorted(doomed))
-    return {i for i in mine if i not in doomed and memories[i - 1].embedding is not None}
+    position = {i: k for k, i in enumerate(ids)}
+    return position, {position[i] for i in mine if i not in doomed and memories[position[i]].embedding is not None}
 
 
 async def test_both_backends_load_the_same_arrays_and_texts_bit_for_bit(tmp_path: Path, postgres_url: str) -> None:
@@ -78,21 +86,21 @@ async def test_both_backends_load_the_same_arrays_and_texts_bit_for_bit(tmp_path
     loads: dict[tuple[str, int], dict[str, Any]] = {}
     for name, location in (("sqlite", tmp_path / "a.db"), ("postgres", postgres_url)):
         async with await Store.open(location) as store:
-            ready = await _fill(store, memories)
+            position, ready = await _fill(store, memories)
         for readers in (1, 3):
             async with await Store.open(location, load_processes=readers) as store:
                 loaded = await store.load_stream("guild:1", texts=True)
                 assert isinstance(loaded.embeddings, list) == (readers > 1)
-                loads[name, readers] = _by_id(loaded)
-                assert _by_id(await store.load_stream("guild:1"))["texts"] is None
-                assert _by_id(await store.load_stream("guild:1")) == {**loads[name, readers], "texts": None}
+                loads[name, readers] = _by_id(loaded, position)
+                assert _by_id(await store.load_stream("guild:1"), position)["texts"] is None
+                assert _by_id(await store.load_stream("guild:1"), position) == {**loads[name, readers], "texts": None}
         async with await Store.open(location) as store, store.transaction():  # what the transaction sees
             [extra] = await store.insert([memories[0]])
-            loads[name, 0] = _by_id(await store.load_stream("guild:1", texts=True))
-            assert loads[name, 0]["ids"][-1] == extra
+            loads[name, 0] = _by_id(await store.load_stream("guild:1", texts=True), {**position, extra: -1})
+            assert loads[name, 0]["ids"][-1] == -1  # the newest, last
     first = loads["sqlite", 1]
     assert first["ids"] == sorted(ready) and 1_600 < len(ready) < 1_800
-    expected = [memories[i - 1] for i in sorted(ready)]
+    expected = [memories[k] for k in sorted(ready)]
     assert first["texts"] == [m.text for m in expected]
     assert np.frombuffer(first["matrix"], np.float32).reshape(-1, DIM)[0].tolist() == [-0.0, 0.0, -0.0, 1, -1, 0.5]
     assert {m.text.split(" #")[0] for m in expected} == set(TEXTS)
@@ -127,16 +135,35 @@ async def test_a_load_reads_the_sources_in_the_same_pass_on_both_backends(tmp_pa
             assert dict(zip(loaded.ids.tolist(), loaded.sources, strict=True)) == expected, location
 
 
-async def test_a_stream_interleaved_with_others_is_read_through_its_index_with_the_same_rows(tmp_path: Path) -> None:
+def _sequential(location: Path) -> None:
+    """The file's ids rewritten in the order the rows were made across all streams, as stores wrote them before
+    migration 0010 (each stream's rows spread over the whole file, a row here and there)."""
+    with contextlib.closing(sqlite_module().connect(str(location))) as conn:
+        ids = [row[0] for row in conn.execute("SELECT id FROM memories ORDER BY created_at, id")]
+        conn.executemany("UPDATE memories SET id = ? WHERE id = ?", [(-k - 1, i) for k, i in enumerate(ids)])
+        conn.executemany("UPDATE memories SET id = ? WHERE id = ?", [(k + 1, -k - 1) for k in range(len(ids))])
+        conn.commit()
+
+
+@pytest.mark.parametrize("layout", ["blocks", "sequential"])
+async def test_a_stream_interleaved_with_others_is_read_by_its_runs_or_its_index_with_the_same_rows(
+        tmp_path: Path, layout: str) -> None:
     location = tmp_path / "mixed.db"
     async with await Store.open(location) as store:
-        await _fill(store, _memories(2_000))
+        await _fill(store, _memories(5_000))
+    if layout == "sequential":
+        _sequential(location)
     module = sqlite_module()
     with contextlib.closing(module.connect(str(location))) as conn:
         spans = {s: conn.execute("SELECT COUNT(*), MIN(id), MAX(id) FROM memories WHERE stream = ?", (s,)).fetchone()
                  for s in ("guild:1", "dm:3")}
+        runs = _load.ranges(conn, "dm:3", *spans["dm:3"][1:])
     assert not _load.seeks(*spans["guild:1"])  # three rows in five of its range: walked
-    assert _load.seeks(*spans["dm:3"])  # one in five: sought through the stream index
+    assert _load.seeks(*spans["dm:3"])  # one in five: not the whole range
+    if layout == "blocks":  # its ids in a few blocks of 256: each walked
+        assert runs is not None and 4 <= len(runs) <= 5 and sum(b - a + 1 for a, b in runs) < 1_300
+    else:  # its rows one in five: sought through the stream index
+        assert runs is None
     for stream, (count, low, high) in spans.items():
         read = []
         for seek in (False, True):
@@ -145,10 +172,25 @@ async def test_a_stream_interleaved_with_others_is_read_through_its_index_with_t
             read.append(_by_id(records.sink_arrays(sink)) | {"sources": sorted(zip(sink.ids[:sink.n].tolist(),
                                                                                       sink.sources or [],
                                                                                       strict=True))})
-        assert read[0] == read[1] and len(read[0]["ids"]) > 300, stream
+        assert read[0] == read[1] and len(read[0]["ids"]) > 900, stream
         async with await Store.open(location) as store:  # and the store's load, whichever way it reads
             loaded = _by_id(await store.load_stream(stream, texts=True))
             assert loaded == {key: value for key, value in read[0].items() if key != "sources"}, stream
+
+
+def test_runs_hold_every_id_and_join_ids_close_together() -> None:
+    assert _load.runs([]) == []
+    assert _load.runs([5]) == [(5, 5)]
+    assert _load.runs([1, 2, 3, 70, 200, 264, 329], gap=64) == [(1, 3), (70, 70), (200, 264), (329, 329)]
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        ids = sorted(set(rng.integers(0, 5_000, int(rng.integers(1, 300))).tolist()))
+        found = _load.runs(ids, gap=16)
+        assert [i for i in ids if not any(a <= i <= b for a, b in found)] == []  # every id in a run
+        assert all(a2 - b1 > 16 for (_, b1), (a2, _) in itertools.pairwise(found))  # far apart: kept apart
+        assert all(a in ids and b in ids for a, b in found)  # no run wider than its ids
+        inside = [[i for i in ids if a <= i <= b] for a, b in found]
+        assert all(j - i <= 16 for run in inside for i, j in itertools.pairwise(run))  # close: together
 
 
 async def test_a_stream_s_evidence_is_found_through_its_reflections_alone(tmp_path: Path) -> None:

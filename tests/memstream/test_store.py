@@ -185,11 +185,11 @@ async def test_pending_memories_are_completed_once(store: Store) -> None:
 
 async def test_pending_memories_of_some_streams_only(store: Store) -> None:
     # A process of a sharded bot completes its own streams' pending work, however many streams it has.
-    ids = await store.insert([observation(f"later {n}", stream=f"guild:{n % 1200}", importance=None)
+    ids = await store.insert([observation(f"later {n}", stream=f"guild:{n % 1200}", importance=None, at=T0 + n)
                               for n in range(2400)])
     mine = [f"guild:{n}" for n in range(1200) if n % 2 == 0]  # 600 streams: more than one query's worth
     found = await store.pending_memories(10_000, streams=mine)
-    assert [m.id for m in found] == [i for n, i in enumerate(ids) if n % 2 == 0]
+    assert [m.id for m in found] == [i for n, i in enumerate(ids) if n % 2 == 0]  # as they came (not id order: SQLite)
     first = await store.pending_memories(5, streams=mine[::-1])  # oldest first, whatever the order given
     assert [m.id for m in first] == [ids[0], ids[2], ids[4], ids[6], ids[8]]
     assert await store.pending_memories(streams=[]) == []

@@ -20,7 +20,14 @@ from memstream.store.events import (
     ready_inserted,
     touched_rows,
 )
-from memstream.store.policy import REEMBED_PREFIX, REEMBED_TARGET, collected_touches, reembed_progress, retry_delay_sql
+from memstream.store.policy import (
+    REEMBED_PREFIX,
+    REEMBED_TARGET,
+    collected_touches,
+    oldest,
+    reembed_progress,
+    retry_delay_sql,
+)
 from memstream.store.postgres.counters import Counters
 from memstream.store.postgres.presence import LIVE_OWNERS
 from memstream.store.records import NewMemory, UsageRow
@@ -359,24 +366,25 @@ class Rows(Counters):
 
     async def pending_memories(self, limit: int = 1000, *, due_at: float | None = None,
                                streams: Sequence[str] | None = None, claim: bool = False) -> list[Memory]:
-        """Memories waiting for a rating or an embedding, oldest first; with `due_at`, only those whose next
-        attempt is due by then; with `streams`, only those of these streams. With `claim`, only those no
-        other process that is still there has claimed (presence.py), now claimed by this one (FOR UPDATE SKIP
-        LOCKED: two processes never get the same memory)."""
+        """Memories waiting for a rating or an embedding, oldest first (by creation time, then id); with
+        `due_at`, only those whose next attempt is due by then; with `streams`, only those of these streams.
+        With `claim`, only those no other process that is still there has claimed (presence.py), now claimed
+        by this one (FOR UPDATE SKIP LOCKED: two processes never get the same memory)."""
         due = ("AND (%(due)s::float8 IS NULL OR next_attempt_at IS NULL OR next_attempt_at <= %(due)s::float8) "
                "AND (%(streams)s::text[] IS NULL OR stream = ANY(%(streams)s::text[]))")
         args = {"due": due_at, "limit": limit, "streams": None if streams is None else list(streams)}
         if not claim:
             rows = await self._rows(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE status = 'pending' {due} "
-                                    "ORDER BY id LIMIT %(limit)s", args)
+                                    "ORDER BY created_at, id LIMIT %(limit)s", args)
             return [memory_from_row(row) for row in rows]
         args["owner"] = await self.presence.owner()
         rows = await self._rows(
             f"WITH live (owner) AS MATERIALIZED ({LIVE_OWNERS}) "
             f"UPDATE memories SET claimed_until = {_NOW} + {CLAIM_SECONDS}, claimed_by = %(owner)s WHERE id IN "
             f"(SELECT id FROM memories WHERE status = 'pending' {due} AND {_FREE} "
-            f"ORDER BY id LIMIT %(limit)s FOR UPDATE OF memories SKIP LOCKED) RETURNING {MEMORY_COLUMNS}", args)
-        return sorted((memory_from_row(row) for row in rows), key=lambda m: m.id)
+            f"ORDER BY created_at, id LIMIT %(limit)s FOR UPDATE OF memories SKIP LOCKED) RETURNING {MEMORY_COLUMNS}",
+            args)
+        return sorted((memory_from_row(row) for row in rows), key=oldest)
 
     async def by_author(self, stream: str, author_id: str) -> list[int]:
         """Ids of the observations made from one author's messages in a stream."""

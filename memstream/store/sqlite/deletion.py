@@ -93,7 +93,7 @@ class Deletion(CascadeWalk, Traces):
         async with self.transaction():
             cursor = await self.conn.execute("DELETE FROM memories WHERE stream = ?", (stream,))
             for table in ("reply_traces", "stream_state", "model_usage", "model_usage_daily", "faults",
-                          "stream_numbers"):
+                          "stream_numbers", "id_blocks"):
                 await self.conn.execute(f"DELETE FROM {table} WHERE stream = ?", (stream,))
             self._announce(StreamDropped(stream))
         return cursor.rowcount

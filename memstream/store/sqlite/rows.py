@@ -24,19 +24,22 @@ from memstream.store.policy import (
     REEMBED_TARGET,
     bounded_usage,
     collected_touches,
+    oldest,
     reembed_progress,
     retry_delay_sql,
 )
 from memstream.store.records import NewMemory, UsageRow
 from memstream.store.rowmap import MEMORY_COLUMNS, memory_from_row
 from memstream.store.sqlite.binding import sqlite_module
-from memstream.store.sqlite.counters import DAILY_USAGE, USAGE, Counters
+from memstream.store.sqlite.counters import DAILY_USAGE, USAGE
+from memstream.store.sqlite.ids import Ids
 
 __all__ = ["Rows", "to_blob"]
 
 _INSERT = ("INSERT INTO memories (stream, kind, text, created_at, last_accessed_at, importance, importance_source, "
            "depth, author, author_id, channel, channel_id, message_id, status, embedding, reply_to) "
            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+_INSERT_ID = _INSERT.replace("(stream, ", "(id, stream, ", 1).replace("VALUES (", "VALUES (?, ", 1)
 
 _SOURCES = "SELECT id, author, author_id, channel, channel_id, message_id, reply_to FROM memories WHERE stream = "
 
@@ -58,25 +61,23 @@ def to_blob(vector: npt.NDArray[np.float32]) -> bytes:
     return np.ascontiguousarray(vector, dtype="<f4").tobytes()
 
 
-class Rows(Counters):
+class Rows(Ids):
     """Writing and reading memory rows."""
 
     async def insert(self, memories: Sequence[NewMemory]) -> list[int]:
         """Append memories (pending ones have no importance or embedding yet); one transaction.
 
-        One executemany for the lot: inside our write transaction each new row gets the largest id so
-        far plus one (SQLite's rule while ids are below 2**63 - 1), so the ids are known without a
-        round trip per row.
+        One executemany for the lot, each row with its id: the next of its stream's block (sqlite/ids.py), so
+        that a stream's rows sit together in the file.
         """
         if not memories:
             return []
         rows = [_insert_row(m) for m in memories]
         async with self.transaction():
             await self._check_dimensions(m.embedding for m in memories)
-            top = await self._top_id()
-            if top + len(rows) < 2**63 - 1:
-                await self.conn.executemany(_INSERT, rows)
-                ids = list(range(top + 1, top + len(rows) + 1))
+            ids = await self._new_ids([m.stream for m in memories])
+            if ids is not None:
+                await self.conn.executemany(_INSERT_ID, [(i, *row) for i, row in zip(ids, rows, strict=True)])
             else:
                 ids = []
                 for values in rows:
@@ -85,19 +86,6 @@ class Rows(Counters):
                     ids.append(cursor.lastrowid)
             self._announce(*ready_inserted(ids, memories))
             return ids
-
-    async def _top_id(self) -> int:
-        """The largest memory id ever given (ids are never reused: AUTOINCREMENT's sequence remembers ids
-        of memories since deleted); the next insert gets this plus one."""
-        async with self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM memories") as cur:
-            row = await cur.fetchone()
-        top = int(row[0]) if row else 0
-        async with self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'") as cur:
-            if await cur.fetchone() is None:  # a file migrated only part of the way (tests)
-                return top
-        async with self.conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'memories'") as cur:
-            row = await cur.fetchone()
-        return max(top, int(row[0]) if row else 0)
 
     async def insert_unique(self, memories: Sequence[NewMemory]) -> list[tuple[int, bool]]:
         """Append memories whose (stream, message id) is not stored yet; for each, its id and whether it is
@@ -407,19 +395,20 @@ class Rows(Counters):
 
     async def pending_memories(self, limit: int = 1000, *, due_at: float | None = None,
                                streams: Sequence[str] | None = None, claim: bool = False) -> list[Memory]:
-        """Memories waiting for a rating or an embedding, oldest first; with `due_at`, only those whose
-        next attempt is due by then; with `streams`, only those of these streams (500 keys a query).
-        `claim` changes nothing here (see Store.pending_memories)."""
+        """Memories waiting for a rating or an embedding, oldest first (by creation time, then id: ids follow
+        time within a stream only); with `due_at`, only those whose next attempt is due by then; with
+        `streams`, only those of these streams (500 keys a query). `claim` changes nothing here (see
+        Store.pending_memories)."""
         sql = (f"SELECT {MEMORY_COLUMNS} FROM memories WHERE status = 'pending' AND (? IS NULL OR "
                "next_attempt_at IS NULL OR next_attempt_at <= ?)")
         found: list[Memory] = []
         groups: list[list[str] | None] = [None] if streams is None else list(chunks(streams))
         for chunk in groups:
             where = "" if chunk is None else f" AND stream IN ({','.join('?' * len(chunk))})"
-            async with self.conn.execute(f"{sql}{where} ORDER BY id LIMIT ?",
+            async with self.conn.execute(f"{sql}{where} ORDER BY created_at, id LIMIT ?",
                                          (due_at, due_at, *(chunk or ()), limit)) as cur:
                 found += [memory_from_row(row) for row in await cur.fetchall()]
-        return sorted(found, key=lambda m: m.id)[:limit]
+        return sorted(found, key=oldest)[:limit]
 
     async def by_author(self, stream: str, author_id: str) -> list[int]:
         """Ids of the observations made from one author's messages in a stream."""
