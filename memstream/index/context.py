@@ -46,6 +46,17 @@ def _fields(source: Source) -> tuple[str | None, ...]:
             source.reply_to)
 
 
+def _channel_order(ids: Sequence[int], channels: Sequence[str | None], created: F64) -> tuple[I64, I64, list[str]]:
+    """The memories with a channel in order of (channel, creation time, id): their places among `ids`, their
+    channels' codes (in that order) and the channels by code."""
+    code: dict[str, int] = {}
+    codes = np.fromiter((_NONE if c is None else code.setdefault(c, len(code)) for c in channels), np.int64,
+                        len(channels))
+    order = np.lexsort((np.asarray(ids, np.int64), created, codes))
+    order = order[codes[order] != _NONE]
+    return order, codes[order], list(code)
+
+
 class StreamContext:
     """Authors, time flags and channel neighbours of one stream's rows."""
 
@@ -71,6 +82,11 @@ class StreamContext:
         self._by_message: dict[str, int] = {}  # Discord message id -> id
         self._reply_of: dict[int, str] = {}  # id -> the Discord message it replies to
         self._replies: dict[str, set[int]] = {}  # Discord message id -> the ids replying to it (here or not yet)
+        # A load's sources, kept for `complete` (ids, author keys, names, channels, fields), and its counts of
+        # message ids and replies (for nbytes meanwhile).
+        self._later: tuple[list[int], list[str | None], list[str | None], list[str | None],
+                           list[tuple[str | None, ...]]] | None = None
+        self._later_counts = (0, 0)
 
     # -- reading -----------------------------------------------------------------------------------
 
@@ -98,8 +114,9 @@ class StreamContext:
         """About the memory this context holds (its arrays, and per row, message and reply as measured)."""
         columns = (self.author, self.prev, self.next, self.parent, self.timed, *(self._near[1:] if self._near else ()))
         arrays = int(sum(column.nbytes for column in columns))
-        return (arrays + len(self._row_of) * _ROW_BYTES + len(self._message_of) * _MESSAGE_BYTES
-                + len(self._reply_of) * _REPLY_BYTES)
+        messages, replies = self._later_counts
+        return (arrays + len(self._row_of) * _ROW_BYTES + (len(self._message_of) + messages) * _MESSAGE_BYTES
+                + (len(self._reply_of) + replies) * _REPLY_BYTES)
 
     def named_rows(self, query: str, n: int) -> I64 | None:
         """The rows (of the first n) written by someone the query names; None if it names nobody."""
@@ -133,6 +150,7 @@ class StreamContext:
             ids = sorted(sources)
             self._set_all(ids, [_fields(sources[i]) for i in ids], asked)
             return
+        self.complete()
         for memory_id in [*sorted(sources), *asked]:
             if memory_id not in self._unknown or memory_id not in self._row_of:
                 continue
@@ -159,40 +177,68 @@ class StreamContext:
             ids, fields = [ids[k] for k in at], [fields[k] for k in at]
         self._set_all(list(ids), list(fields), ids)
 
+    def complete(self) -> None:
+        """Build what a stream's load left for later: each memory's channel, name, message and reply by id and
+        each channel's sorted list, which writes and removals need and queries do not (VectorIndex completes a
+        loaded stream in a worker thread after its first query; any write here completes it first)."""
+        if self._later is None:
+            return
+        ids, keys, names, channels, fields = self._later
+        self._name_of.update((i, (k, a or "")) for i, k, a in zip(ids, keys, names, strict=True) if k is not None)
+        self._channel_of.update((i, c) for i, c in zip(ids, channels, strict=True) if c is not None)
+        order, codes, names_of = _channel_order(ids, channels, self._created_of(ids))
+        bounds = np.flatnonzero(np.diff(codes)) + 1
+        # (the entries hold the id and time objects the context holds already: new ones would cost ~56 B a row)
+        said = [(self._created[i], i) for i in map(ids.__getitem__, order.tolist())]
+        for start, end in zip([0, *bounds.tolist()], [*bounds.tolist(), len(codes)], strict=True):
+            if end > start:
+                self._channels[names_of[int(codes[start])]] = said[start:end]
+        messages: dict[int, str] = {i: m for i, f in zip(ids, fields, strict=True) if (m := f[_MESSAGE_ID])}
+        self._message_of.update(messages)
+        self._by_message.update(zip(messages.values(), messages.keys(), strict=True))  # (a repeated one: the last)
+        for i, f in zip(ids, fields, strict=True):
+            if (parent := f[_REPLY_TO]) and parent != f[_MESSAGE_ID]:
+                self._reply_of[i] = parent
+                self._replies.setdefault(parent, set()).add(i)
+        self._later, self._later_counts = None, (0, 0)
+
+    def incomplete(self) -> bool:
+        """Whether a load left something to `complete`."""
+        return self._later is not None
+
     def _fresh(self) -> bool:
         """Whether no source is linked yet."""
-        return not self._channels and not self._by_message and not self._replies and not self._name_of
+        return (self._later is None and not self._channels and not self._by_message and not self._replies
+                and not self._name_of)
 
     def _set_all(self, ids: list[int], fields: list[tuple[str | None, ...]], asked: Sequence[int]) -> None:
         """set_sources into a context that links nothing yet, given ids in increasing order and their source
         fields: the same links, each channel sorted once (by numpy, on codes) rather than each memory inserted in
-        order."""
+        order. What queries use is set now (authors, neighbours, parents); the maps by id that writes use are
+        left for `complete`."""
         if len(self._unknown.intersection(ids)) < len(ids):  # some set already, or gone: left out
             kept = [k for k, i in enumerate(ids) if i in self._unknown and i in self._row_of]
             ids, fields = [ids[k] for k in kept], [fields[k] for k in kept]
         self._unknown.difference_update(ids)  # (an unknown id always has a row: add() and remove() see to it)
         self._unknown.difference_update(asked)
         rows = np.fromiter(map(self._row_of.__getitem__, ids), np.int64, len(ids))
-        self._authors(ids, rows, fields)
-        channels = [f[_CHANNEL_ID] or (f"name:{f[_CHANNEL]}" if f[_CHANNEL] else None) for f in fields]
-        self._channel_of.update((i, c) for i, c in zip(ids, channels, strict=True) if c is not None)
-        self._link_all(ids, rows, channels)
-        messages: dict[int, str] = {i: m for i, f in zip(ids, fields, strict=True) if (m := f[_MESSAGE_ID])}
-        self._message_of.update(messages)
-        self._by_message.update(zip(messages.values(), messages.keys(), strict=True))  # (a repeated one: the last)
-        replies: list[tuple[int, int, str]] = [(i, k, parent) for k, (i, f) in enumerate(zip(ids, fields, strict=True))
-                                               if (parent := f[_REPLY_TO]) and parent != f[_MESSAGE_ID]]
-        for memory_id, k, parent in replies:
-            self._reply_of[memory_id] = parent
-            self._replies.setdefault(parent, set()).add(memory_id)
-            found = self._by_message.get(parent)
-            self.parent[int(rows[k])] = _NONE if found is None else self._row_of[found]
-        self.version += 1
-
-    def _authors(self, ids: Sequence[int], rows: I64, fields: Sequence[tuple[str | None, ...]]) -> None:
-        """_author for many memories at once (none of them known yet)."""
         names = [f[_AUTHOR] for f in fields]
         keys = [f[_AUTHOR_ID] or (f"name:{a}" if a else None) for f, a in zip(fields, names, strict=True)]
+        self._authors(rows, keys, names)
+        channels = [f[_CHANNEL_ID] or (f"name:{f[_CHANNEL]}" if f[_CHANNEL] else None) for f in fields]
+        self._link_all(ids, rows, channels)
+        replies = [(k, parent) for k, f in enumerate(fields) if (parent := f[_REPLY_TO]) and parent != f[_MESSAGE_ID]]
+        if replies:
+            wanted = {parent for _, parent in replies}
+            found = {m: i for i, f in zip(ids, fields, strict=True) if (m := f[_MESSAGE_ID]) in wanted}  # (the last)
+            for k, parent in replies:
+                self.parent[int(rows[k])] = self._row_of[found[parent]] if parent in found else _NONE
+        self._later = (ids, keys, names, channels, fields)
+        self._later_counts = (sum(1 for f in fields if f[_MESSAGE_ID]), len(replies))
+        self.version += 1
+
+    def _authors(self, rows: I64, keys: Sequence[str | None], names: Sequence[str | None]) -> None:
+        """_author's codes and counts for many memories at once (none of them known yet)."""
         for key, count in Counter(keys).items():
             if key is None:
                 continue
@@ -200,31 +246,19 @@ class StreamContext:
                 self._codes[key], self._next_code = self._next_code, self._next_code + 1
             self._authored[key] = self._authored.get(key, 0) + count
         self.author[rows] = [self._codes.get(key, _NONE) for key in keys]  # type: ignore[arg-type]
-        pairs = {i: (k, a or "") for i, k, a in zip(ids, keys, names, strict=True) if k is not None}
-        self._name_of.update(pairs)
-        for pair, count in Counter(pairs.values()).items():
+        for pair, count in Counter((k, a or "") for k, a in zip(keys, names, strict=True) if k is not None).items():
             self._names[pair] = self._names.get(pair, 0) + count
 
     def _link_all(self, ids: Sequence[int], rows: I64, channels: Sequence[str | None]) -> None:
-        """Each channel's memories in order of (creation time, id), and each linked to the one before and after."""
-        code: dict[str, int] = {}
-        codes = np.fromiter((_NONE if c is None else code.setdefault(c, len(code)) for c in channels), np.int64,
-                            len(channels))
-        created = np.fromiter(map(self._created.__getitem__, ids), np.float64, len(ids))
-        order = np.lexsort((np.asarray(ids, np.int64), created, codes))
-        order = order[codes[order] != _NONE]
-        codes, rows = codes[order], rows[order]
+        """Each memory linked to the one before and after it in its channel, in order of (creation time, id)."""
+        order, codes, _ = _channel_order(ids, channels, self._created_of(ids))
+        rows = rows[order]
         same = codes[1:] == codes[:-1]
         self.prev[rows[1:][same]] = rows[:-1][same]
         self.next[rows[:-1][same]] = rows[1:][same]
-        bounds = np.flatnonzero(np.diff(codes)) + 1
-        starts, ends = [0, *bounds.tolist()], [*bounds.tolist(), len(codes)]
-        # (the entries hold the id and time objects the context holds already: new ones would cost ~56 B a row)
-        said = [(self._created[i], i) for i in map(ids.__getitem__, order.tolist())]
-        names = list(code)
-        for start, end in zip(starts, ends, strict=True):
-            if end > start:
-                self._channels[names[int(codes[start])]] = said[start:end]
+
+    def _created_of(self, ids: Sequence[int]) -> F64:
+        return np.fromiter(map(self._created.__getitem__, ids), np.float64, len(ids))
 
     def _author(self, memory_id: int, row: int, fields: tuple[str | None, ...]) -> None:
         author = fields[_AUTHOR]
@@ -246,6 +280,7 @@ class StreamContext:
     def remove(self, row: int, memory_id: int) -> None:
         """A row's memory is gone: nobody's neighbour nor parent, its author and name no longer known through
         it."""
+        self.complete()
         self._unknown.discard(memory_id)
         self._unlink(memory_id)
         self._unthread(memory_id)
@@ -263,6 +298,7 @@ class StreamContext:
 
     def move(self, source: int, target: int, memory_id: int) -> None:
         """The memory in row `source` now sits in row `target`."""
+        self.complete()
         self._row_of[memory_id] = target
         for column in (self.author, self.prev, self.next, self.parent, self.timed):
             column[target] = column[source]

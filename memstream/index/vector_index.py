@@ -38,6 +38,8 @@ __all__ = ["VectorIndex"]
 log = logging.getLogger(__name__)
 # A stream this large makes the compiled retrieval loops worth loading (kernels.warm).
 _WARM_ROWS = 20_000
+# Seconds after a loaded stream's first query before its context's maps for writes are built (_complete_soon).
+_COMPLETE_AFTER = 0.25
 
 Op = Callable[[StreamVectors], None]
 
@@ -74,7 +76,7 @@ class VectorIndex:
         # Loads take turns: a load holds its rows and their temporaries before the budget can count them, so
         # several at once (cold queries of several servers) would take the process past it by as many streams.
         self._turn = asyncio.Semaphore(1)
-        self._prefetches: set[asyncio.Task[None]] = set()
+        self._background: set[asyncio.Task[None]] = set()  # prefetches, completions: cancelled by close
         self._stop = store.listen(self)
 
     @classmethod
@@ -87,7 +89,7 @@ class VectorIndex:
 
     def close(self) -> None:
         """Stop listening to the store (the matrices are left to the garbage collector)."""
-        for task in self._prefetches:
+        for task in self._background:
             task.cancel()
         self._stop()
         for stream in list(self._streams):
@@ -118,8 +120,8 @@ class VectorIndex:
         if stream in self._streams or stream in self._loading:
             return
         task = asyncio.ensure_future(self._prefetched(stream))
-        self._prefetches.add(task)
-        task.add_done_callback(self._prefetches.discard)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _prefetched(self, stream: str) -> None:
         with contextlib.suppress(Exception):
@@ -199,6 +201,25 @@ class VectorIndex:
                 if current.n >= _WARM_ROWS:
                     # After the first query, not before it: loading the loops holds the GIL for a while.
                     kernels.warm(background=True)
+            if current.context is not None and current.context.incomplete():
+                self._complete_soon(stream, current)
+
+    def _complete_soon(self, stream: str, vectors: StreamVectors) -> None:
+        """Shortly after a loaded stream's first query, what its load left to its context for writes
+        (StreamContext.complete), in a worker thread under the stream's lock (writes meanwhile wait their turn,
+        as during a query), unless the stream is dropped first. Not at once: the query that loaded the stream
+        has its touch and trace still to write. A write that comes before completes it where it applies."""
+        async def complete() -> None:
+            await asyncio.sleep(_COMPLETE_AFTER)
+            async with self._lock(stream):
+                context = vectors.context
+                if self._streams.get(stream) is vectors and context is not None and context.incomplete():
+                    await asyncio.to_thread(context.complete)
+                self._flush(stream)
+
+        task = asyncio.ensure_future(complete())
+        self._background.add(task)  # (cancelled by close)
+        task.add_done_callback(self._background.discard)
 
     async def _sources(self, stream: str, vectors: StreamVectors) -> tuple[dict[int, Source], list[int]] | None:
         """The sources of the rows that came after the load, read from the store (None: there are none)."""
