@@ -49,12 +49,13 @@ def _fields(source: Source) -> tuple[str | None, ...]:
 def _channel_order(ids: Sequence[int], channels: Sequence[str | None], created: F64) -> tuple[I64, I64, list[str]]:
     """The memories with a channel in order of (channel, creation time, id): their places among `ids`, their
     channels' codes (in that order) and the channels by code."""
-    code: dict[str, int] = {}
-    codes = np.fromiter((_NONE if c is None else code.setdefault(c, len(code)) for c in channels), np.int64,
-                        len(channels))
+    code: dict[str | None, int] = {c: k for k, c in enumerate(c for c in dict.fromkeys(channels) if c is not None)}
+    named = list(code)
+    code[None] = _NONE
+    codes = np.fromiter(map(code.__getitem__, channels), np.int64, len(channels))
     order = np.lexsort((np.asarray(ids, np.int64), created, codes))
     order = order[codes[order] != _NONE]
-    return order, codes[order], list(code)
+    return order, codes[order], named  # type: ignore[return-value]
 
 
 class StreamContext:
@@ -224,7 +225,7 @@ class StreamContext:
         rows = np.fromiter(map(self._row_of.__getitem__, ids), np.int64, len(ids))
         names = [f[_AUTHOR] for f in fields]
         keys = [f[_AUTHOR_ID] or (f"name:{a}" if a else None) for f, a in zip(fields, names, strict=True)]
-        self._authors(rows, keys, names)
+        self._authors(rows, keys, names)  # (keys and names: each memory's, as _author takes them)
         channels = [f[_CHANNEL_ID] or (f"name:{f[_CHANNEL]}" if f[_CHANNEL] else None) for f in fields]
         self._link_all(ids, rows, channels)
         replies = [(k, parent) for k, f in enumerate(fields) if (parent := f[_REPLY_TO]) and parent != f[_MESSAGE_ID]]
@@ -245,9 +246,12 @@ class StreamContext:
             if key not in self._codes:
                 self._codes[key], self._next_code = self._next_code, self._next_code + 1
             self._authored[key] = self._authored.get(key, 0) + count
-        self.author[rows] = [self._codes.get(key, _NONE) for key in keys]  # type: ignore[arg-type]
-        for pair, count in Counter((k, a or "") for k, a in zip(keys, names, strict=True) if k is not None).items():
-            self._names[pair] = self._names.get(pair, 0) + count
+        codes: dict[str | None, int] = {**self._codes, None: _NONE}
+        self.author[rows] = np.fromiter(map(codes.__getitem__, keys), np.int64, len(keys))
+        for (key, name), count in Counter(zip(keys, names, strict=True)).items():  # (counted in C: a few distinct)
+            if key is not None:
+                pair = (key, name or "")
+                self._names[pair] = self._names.get(pair, 0) + count
 
     def _link_all(self, ids: Sequence[int], rows: I64, channels: Sequence[str | None]) -> None:
         """Each memory linked to the one before and after it in its channel, in order of (creation time, id)."""
