@@ -219,8 +219,9 @@ def ranges(conn: Any, stream: str, low: int, high: int) -> list[tuple[int, int]]
     they make long runs, mostly its own (ids given in blocks), None where they are scattered (a seek a row)."""
     ids = sorted(row[0] for row in conn.execute(_IDS, (stream, low, high)))
     found = runs(ids)
-    walked = sum(b - a + 1 for a, b in found)
-    return found if len(found) * RUN_ROWS <= len(ids) >= WALK_DENSITY * walked else None
+    long_runs = len(found) * RUN_ROWS <= len(ids)
+    mostly_its_own = len(ids) >= WALK_DENSITY * sum(b - a + 1 for a, b in found)
+    return found if long_runs and mostly_its_own else None
 
 
 def read_range(connect: Any, stream: str, low: int, high: int, sink: Sink, *, seek: bool = False) -> None:
