@@ -15,7 +15,7 @@ from typing import Any
 import numba
 import numpy as np
 
-__all__ = ["count_terms", "cut_words"]
+__all__ = ["count_terms", "cut_words", "slot_terms"]
 
 jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 _OFFSET = np.uint64(14695981039346656037)
@@ -151,3 +151,20 @@ def count_terms(term_of: Any, codes: Any, counts: Any, terms: int) -> tuple[Any,
         out_text[at] = pair_text[p]
         out_count[at] = pair_count[p]
     return out_term, out_text, out_count, lengths
+
+
+@jit
+def slot_terms(tids: Any, slots: Any, documents: int) -> tuple[Any, Any]:
+    # postings.Block's document side: given postings in term order (each term's in slot order), where each slot's
+    # terms start (documents + 1 offsets) and its terms in term order. A counting sort by slot (stable).
+    starts = np.zeros(documents + 1, np.int64)
+    for p in range(slots.size):
+        starts[slots[p] + 1] += 1
+    for d in range(documents):
+        starts[d + 1] += starts[d]
+    at = starts[:documents].copy()
+    out = np.empty(slots.size, np.int64)
+    for p in range(slots.size):
+        out[at[slots[p]]] = tids[p]
+        at[slots[p]] += 1
+    return starts, out

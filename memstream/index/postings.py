@@ -39,12 +39,17 @@ class Block(NamedTuple):
         return cls(np.zeros(1, np.int64), none, none, np.zeros(1, np.int64), none)
 
     @classmethod
-    def of(cls, tids: I64, slots: I64, tfs: I64, terms: int, documents: int) -> Block:
+    def of(cls, tids: I64, slots: I64, tfs: I64, terms: int, documents: int, compiled: bool | None = None) -> Block:
         """The block of these postings ((term, slot) pairs listed once each, each term's in slot order: as
-        documents are gathered and as a compaction lists them) of `terms` terms and `documents` document slots."""
+        documents are gathered and as a compaction lists them) of `terms` terms and `documents` document slots.
+        `compiled`: each slot's terms gathered by the compiled counting sort or by numpy (default: the loop once
+        loaded); the same block either way."""
         if tids.size > 1 and (np.diff(tids) < 0).any():
             by_term = np.argsort(tids, kind="stable")  # (term, slot) order: each term's were in slot order
             tids, slots, tfs = tids[by_term], slots[by_term], tfs[by_term]
+        if compiled if compiled is not None else kernels.ready():
+            doc_start, doc_terms = kernels.loops()["slot_terms"](tids, slots, documents)
+            return cls(_starts(tids, terms), slots, tfs, doc_start, doc_terms)
         by_slot = np.argsort(slots, kind="stable")  # (within a slot, by term: they are sorted by term)
         return cls(_starts(tids, terms), slots, tfs, _starts(slots, documents), tids[by_slot])
 

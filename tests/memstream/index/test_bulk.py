@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from memstream.index import _kernels as kernels
 from memstream.index.context import StreamContext
 from memstream.index.cues import TIME_WORDS, hold_times, holds_time
-from memstream.index.postings import Postings
+from memstream.index.postings import Block, Postings
 from memstream.index.vectors import StreamVectors
 from memstream.index.words import words, words_of
 from memstream.records import Source
@@ -64,6 +64,24 @@ def test_postings_counted_by_the_compiled_loop_are_numpys(chunks: list[list[str]
     assert fast.lengths().tolist() == plain.lengths().tolist()
     got, expected = fast.postings(), plain.postings()
     assert [part.tolist() for part in got] == [part.tolist() for part in expected]
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 40)), unique=True, max_size=200), st.integers(0, 5),
+       st.booleans())
+def test_a_block_s_slots_gathered_by_the_compiled_loop_are_numpys(pairs: list[tuple[int, int]], spare: int,
+                                                                  shuffled: bool) -> None:
+    # (term, slot) pairs, each term's in slot order, as gathered; or in any order, as a compaction lists them
+    if not kernels.available():
+        pytest.skip("numba is not available here")
+    listed = pairs if shuffled else sorted(pairs)
+    tids = np.array([t for t, _ in listed], np.int64)
+    slots = np.array([d for _, d in listed], np.int64)
+    tfs = np.arange(1, len(listed) + 1, dtype=np.int64)
+    documents = 41 + spare  # (slots past the last listed: documents with no term)
+    fast, plain = (Block.of(tids, slots, tfs, 31, documents, compiled=c) for c in (True, False))
+    assert [part.tolist() for part in fast] == [part.tolist() for part in plain]
+    assert all(fast.terms_of(d).tolist() == sorted(t for t, s in pairs if s == d) for d in range(documents))
 
 
 def test_the_compiled_cut_tells_apart_many_words_with_the_same_letters() -> None:
