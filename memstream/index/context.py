@@ -83,10 +83,11 @@ class StreamContext:
         self._by_message: dict[str, int] = {}  # Discord message id -> id
         self._reply_of: dict[int, str] = {}  # id -> the Discord message it replies to
         self._replies: dict[str, set[int]] = {}  # Discord message id -> the ids replying to it (here or not yet)
-        # A load's sources, kept for `complete` (ids, author keys, names, channels, fields), and its counts of
+        # A load's sources, kept for `complete` (ids, author keys, names, channels, fields, times), and its counts of
         # message ids and replies (for nbytes meanwhile).
         self._later: tuple[list[int], list[str | None], list[str | None], list[str | None],
-                           list[tuple[str | None, ...]]] | None = None
+                           list[tuple[str | None, ...]], F64] | None = None
+        self._loaded: tuple[list[int], F64] | None = None
         self._later_counts = (0, 0)
 
     # -- reading -----------------------------------------------------------------------------------
@@ -137,7 +138,10 @@ class StreamContext:
         each text holds a time, if known (cues.holds_time)."""
         end = first_row + len(ids)
         self._grow(end)
-        memory_ids = [int(i) for i in ids]
+        memory_ids = list(map(int, ids))
+        times = np.asarray(created, np.float64)
+        # A load's rows, the first added (ids and times, for _set_all: rows 0, 1, ... in the order it links them).
+        self._loaded = (memory_ids, times) if first_row == 0 and not self._row_of else None
         self._row_of.update(zip(memory_ids, range(first_row, end), strict=True))
         self._created.update(zip(memory_ids, map(float, created), strict=True))
         self._unknown.update(memory_ids)
@@ -184,10 +188,10 @@ class StreamContext:
         loaded stream in a worker thread after its first query; any write here completes it first)."""
         if self._later is None:
             return
-        ids, keys, names, channels, fields = self._later
+        ids, keys, names, channels, fields, created = self._later
         self._name_of.update((i, (k, a or "")) for i, k, a in zip(ids, keys, names, strict=True) if k is not None)
         self._channel_of.update((i, c) for i, c in zip(ids, channels, strict=True) if c is not None)
-        order, codes, names_of = _channel_order(ids, channels, self._created_of(ids))
+        order, codes, names_of = _channel_order(ids, channels, created)
         bounds = np.flatnonzero(np.diff(codes)) + 1
         # (the entries hold the id and time objects the context holds already: new ones would cost ~56 B a row)
         said = [(self._created[i], i) for i in map(ids.__getitem__, order.tolist())]
@@ -222,19 +226,23 @@ class StreamContext:
             ids, fields = [ids[k] for k in kept], [fields[k] for k in kept]
         self._unknown.difference_update(ids)  # (an unknown id always has a row: add() and remove() see to it)
         self._unknown.difference_update(asked)
-        rows = np.fromiter(map(self._row_of.__getitem__, ids), np.int64, len(ids))
+        loaded, self._loaded = self._loaded, None
+        if loaded is not None and loaded[0] == ids:  # (the load's rows, in order: rows 0, 1, ...)
+            rows, created = np.arange(len(ids), dtype=np.int64), loaded[1]
+        else:
+            rows, created = np.fromiter(map(self._row_of.__getitem__, ids), np.int64, len(ids)), self._created_of(ids)
         names = [f[_AUTHOR] for f in fields]
         keys = [f[_AUTHOR_ID] or (f"name:{a}" if a else None) for f, a in zip(fields, names, strict=True)]
         self._authors(rows, keys, names)  # (keys and names: each memory's, as _author takes them)
         channels = [f[_CHANNEL_ID] or (f"name:{f[_CHANNEL]}" if f[_CHANNEL] else None) for f in fields]
-        self._link_all(ids, rows, channels)
+        self._link_all(ids, rows, channels, created)
         replies = [(k, parent) for k, f in enumerate(fields) if (parent := f[_REPLY_TO]) and parent != f[_MESSAGE_ID]]
         if replies:
             wanted = {parent for _, parent in replies}
             found = {m: i for i, f in zip(ids, fields, strict=True) if (m := f[_MESSAGE_ID]) in wanted}  # (the last)
             for k, parent in replies:
                 self.parent[int(rows[k])] = self._row_of[found[parent]] if parent in found else _NONE
-        self._later = (ids, keys, names, channels, fields)
+        self._later = (ids, keys, names, channels, fields, created)
         self._later_counts = (sum(1 for f in fields if f[_MESSAGE_ID]), len(replies))
         self.version += 1
 
@@ -253,9 +261,9 @@ class StreamContext:
                 pair = (key, name or "")
                 self._names[pair] = self._names.get(pair, 0) + count
 
-    def _link_all(self, ids: Sequence[int], rows: I64, channels: Sequence[str | None]) -> None:
+    def _link_all(self, ids: Sequence[int], rows: I64, channels: Sequence[str | None], created: F64) -> None:
         """Each memory linked to the one before and after it in its channel, in order of (creation time, id)."""
-        order, codes, _ = _channel_order(ids, channels, self._created_of(ids))
+        order, codes, _ = _channel_order(ids, channels, created)
         rows = rows[order]
         same = codes[1:] == codes[:-1]
         self.prev[rows[1:][same]] = rows[:-1][same]
@@ -285,6 +293,7 @@ class StreamContext:
         """A row's memory is gone: nobody's neighbour nor parent, its author and name no longer known through
         it."""
         self.complete()
+        self._loaded = None
         self._unknown.discard(memory_id)
         self._unlink(memory_id)
         self._unthread(memory_id)
@@ -303,6 +312,7 @@ class StreamContext:
     def move(self, source: int, target: int, memory_id: int) -> None:
         """The memory in row `source` now sits in row `target`."""
         self.complete()
+        self._loaded = None
         self._row_of[memory_id] = target
         for column in (self.author, self.prev, self.next, self.parent, self.timed):
             column[target] = column[source]
