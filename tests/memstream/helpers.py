@@ -15,7 +15,7 @@ import psycopg
 
 from memstream.index.retriever import RetrieverLike
 from memstream.records import ScoredMemory, TraceItem
-from memstream.store import SQLiteStore, Store
+from memstream.store import SQLiteStore, Store, all_migrations
 
 # Text unique to each of the four prompts (checked in test_prompts.py).
 RATER = "Reply with a single integer."
@@ -24,6 +24,15 @@ INSIGHTS = "high-level insights can you infer"
 AGENT = "What do you do or say next?"
 
 _MEMORY = re.compile(r"<memory>(.*)</memory>", re.DOTALL)
+
+
+def migrations_before(version: int, folder: Path) -> Path:
+    """`folder` holding SQLite's migrations numbered below `version` (a file written as that version wrote it)."""
+    folder.mkdir()
+    for migration in all_migrations():
+        if migration.version < version:
+            (folder / f"{migration.version:04d}_{migration.name}.sql").write_text(migration.sql, encoding="utf-8")
+    return folder
 
 
 async def run_sql(store: Store, statement: str, *args: Any) -> list[tuple[Any, ...]]:

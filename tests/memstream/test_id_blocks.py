@@ -11,10 +11,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memstream.store import NewMemory, Store, _load, all_migrations
+from memstream.store import NewMemory, Store, _load
 from memstream.store.idblocks import BLOCK, allocate
 from memstream.store.sqlite.binding import sqlite_module
-from tests.memstream.helpers import run_sql
+from tests.memstream.helpers import migrations_before, run_sql
 
 T0 = 1_700_000_000.0
 VECTOR = np.full(4, 0.5, np.float32).tobytes()
@@ -104,11 +104,7 @@ async def test_ids_written_into_an_open_block_send_its_stream_to_a_new_one(tmp_p
 
 async def test_an_old_file_keeps_its_ids_and_new_rows_take_blocks_above_them(tmp_path: Path) -> None:
     db = tmp_path / "old.db"
-    old = tmp_path / "old-migrations"
-    old.mkdir()
-    for migration in all_migrations():
-        if migration.version < 10:
-            (old / f"{migration.version:04d}_{migration.name}.sql").write_text(migration.sql, encoding="utf-8")
+    old = migrations_before(10, tmp_path / "old-migrations")
     async with await Store.open(db, migrations=old) as store:  # as the version before blocks wrote it
         await run_sql(store, "INSERT INTO memories (stream, kind, text, created_at, last_accessed_at, importance, "
                              "importance_source, embedding) VALUES ('a', 'observation', 'old a', ?1, ?1, 3, 'given', "

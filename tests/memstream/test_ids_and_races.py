@@ -14,10 +14,9 @@ import pytest
 
 from memstream import MemoryNotFound, MemoryStream, Observation, RoleModel, Source, Store, StreamConfig
 from memstream.cli import main
-from memstream.store import all_migrations
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
 from tests.fakes.openai_server import FakeOpenAIServer
-from tests.memstream.helpers import AGENT, OtherProcess, run_sql
+from tests.memstream.helpers import AGENT, OtherProcess, migrations_before, run_sql
 from tests.memstream.test_privacy import leftovers
 
 
@@ -75,11 +74,7 @@ async def test_forgetting_a_memory_a_reply_used_forgets_the_reply_and_its_trace(
 
 async def test_an_old_file_keeps_its_ids_and_references_through_the_rebuild(tmp_path: Path) -> None:
     db = tmp_path / "old.db"
-    old = tmp_path / "old-migrations"
-    old.mkdir()
-    for migration in all_migrations():
-        if migration.version < 4:
-            (old / f"{migration.version:04d}_{migration.name}.sql").write_text(migration.sql, encoding="utf-8")
+    old = migrations_before(4, tmp_path / "old-migrations")
     async with await Store.open(db, migrations=old) as store:  # written as that version wrote it
         kept_id = await _old_row(store, "guild:1", "kept")
         cited_id = await _old_row(store, "guild:1", "cited")
@@ -227,11 +222,7 @@ async def test_a_running_process_sees_what_another_process_wrote_forgot_and_edit
 
 async def test_numbers_count_per_stream_from_an_old_file_on_and_are_never_reused(tmp_path: Path) -> None:
     db = tmp_path / "old.db"
-    old = tmp_path / "before-numbers"
-    old.mkdir()
-    for migration in all_migrations():
-        if migration.version < 6:
-            (old / f"{migration.version:04d}_{migration.name}.sql").write_text(migration.sql, encoding="utf-8")
+    old = migrations_before(6, tmp_path / "before-numbers")
     async with await Store.open(db, migrations=old) as store:
         for i in range(5):  # interleaved: global ids 1..5
             await _old_row(store, "guild:1" if i % 2 == 0 else "guild:2", f"note {i}")
