@@ -254,7 +254,8 @@ class StreamContext:
             if key not in self._codes:
                 self._codes[key], self._next_code = self._next_code, self._next_code + 1
             self._authored[key] = self._authored.get(key, 0) + count
-        codes: dict[str | None, int] = {**self._codes, None: _NONE}
+        codes: dict[str | None, int] = {None: _NONE}
+        codes.update(self._codes)
         self.author[rows] = np.fromiter(map(codes.__getitem__, keys), np.int64, len(keys))
         for (key, name), count in Counter(zip(keys, names, strict=True)).items():  # (counted in C: a few distinct)
             if key is not None:
