@@ -83,10 +83,10 @@ class StreamContext:
         self._by_message: dict[str, int] = {}  # Discord message id -> id
         self._reply_of: dict[int, str] = {}  # id -> the Discord message it replies to
         self._replies: dict[str, set[int]] = {}  # Discord message id -> the ids replying to it (here or not yet)
-        # A load's sources, kept for `complete` (ids, author keys, names, channels, fields, times), and its counts of
-        # message ids and replies (for nbytes meanwhile).
+        # A load's sources, kept for `complete` (ids, author keys, names, channels, fields, and the channel order
+        # _link_all found), and its counts of message ids and replies (for nbytes meanwhile).
         self._later: tuple[list[int], list[str | None], list[str | None], list[str | None],
-                           list[tuple[str | None, ...]], F64] | None = None
+                           list[tuple[str | None, ...]], tuple[I64, I64, list[str]]] | None = None
         self._loaded: tuple[list[int], F64] | None = None
         self._later_counts = (0, 0)
 
@@ -188,10 +188,9 @@ class StreamContext:
         loaded stream in a worker thread after its first query; any write here completes it first)."""
         if self._later is None:
             return
-        ids, keys, names, channels, fields, created = self._later
+        ids, keys, names, channels, fields, (order, codes, names_of) = self._later
         self._name_of.update((i, (k, a or "")) for i, k, a in zip(ids, keys, names, strict=True) if k is not None)
         self._channel_of.update((i, c) for i, c in zip(ids, channels, strict=True) if c is not None)
-        order, codes, names_of = _channel_order(ids, channels, created)
         bounds = np.flatnonzero(np.diff(codes)) + 1
         # (the entries hold the id and time objects the context holds already: new ones would cost ~56 B a row)
         said = [(self._created[i], i) for i in map(ids.__getitem__, order.tolist())]
@@ -235,14 +234,14 @@ class StreamContext:
         keys = [f[_AUTHOR_ID] or (f"name:{a}" if a else None) for f, a in zip(fields, names, strict=True)]
         self._authors(rows, keys, names)  # (keys and names: each memory's, as _author takes them)
         channels = [f[_CHANNEL_ID] or (f"name:{f[_CHANNEL]}" if f[_CHANNEL] else None) for f in fields]
-        self._link_all(ids, rows, channels, created)
+        in_order = self._link_all(ids, rows, channels, created)
         replies = [(k, parent) for k, f in enumerate(fields) if (parent := f[_REPLY_TO]) and parent != f[_MESSAGE_ID]]
         if replies:
             wanted = {parent for _, parent in replies}
             found = {m: i for i, f in zip(ids, fields, strict=True) if (m := f[_MESSAGE_ID]) in wanted}  # (the last)
             for k, parent in replies:
                 self.parent[int(rows[k])] = self._row_of[found[parent]] if parent in found else _NONE
-        self._later = (ids, keys, names, channels, fields, created)
+        self._later = (ids, keys, names, channels, fields, in_order)
         self._later_counts = (sum(1 for f in fields if f[_MESSAGE_ID]), len(replies))
         self.version += 1
 
@@ -262,13 +261,16 @@ class StreamContext:
                 pair = (key, name or "")
                 self._names[pair] = self._names.get(pair, 0) + count
 
-    def _link_all(self, ids: Sequence[int], rows: I64, channels: Sequence[str | None], created: F64) -> None:
-        """Each memory linked to the one before and after it in its channel, in order of (creation time, id)."""
-        order, codes, _ = _channel_order(ids, channels, created)
+    def _link_all(self, ids: Sequence[int], rows: I64, channels: Sequence[str | None],
+                  created: F64) -> tuple[I64, I64, list[str]]:
+        """Each memory linked to the one before and after it in its channel, in order of (creation time, id); that
+        order (_channel_order's), for `complete`."""
+        order, codes, names = _channel_order(ids, channels, created)
         rows = rows[order]
         same = codes[1:] == codes[:-1]
         self.prev[rows[1:][same]] = rows[:-1][same]
         self.next[rows[:-1][same]] = rows[1:][same]
+        return order, codes, names
 
     def _created_of(self, ids: Sequence[int]) -> F64:
         return np.fromiter(map(self._created.__getitem__, ids), np.float64, len(ids))
