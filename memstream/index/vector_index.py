@@ -17,6 +17,7 @@ from memstream.index import _kernels as kernels
 from memstream.index import _pages as pages
 from memstream.index import _release as release
 from memstream.index.context import StreamContext
+from memstream.index.gathering import Gathering
 from memstream.index.grounding import Grounding
 from memstream.index.profiles import uses_context, uses_grounding, uses_lexical
 from memstream.index.resident import RESIDENT_MB, Resident, bytes_per_memory, load_room
@@ -136,8 +137,11 @@ class VectorIndex:
         try:
             # The rows and the reflections' evidence, read at once: evidence saved between the two reads, or
             # after them, comes as an event meanwhile (journaled below, since before either read began).
+            # (a backend that reads in parts hands over each part's texts as they come: gathered meanwhile)
+            gathering = Gathering(self.language if self.lexical else None, self.context)
             arrays, evidence = await asyncio.gather(
-                self.store.load_stream(stream, texts=self.lexical or self.context, sources=self.context),
+                self.store.load_stream(stream, texts=self.lexical or self.context, sources=self.context,
+                                       each=gathering.feed),
                 self.store.evidence_links(stream) if self.grounding else _nothing())
             if len(arrays.ids):  # (its rows are read: room for what they will hold, before the rest is built)
                 self._make_room(stream, len(arrays.ids), arrays.blocks()[0].shape[1])
@@ -146,7 +150,7 @@ class VectorIndex:
             pages.collapse_in_background(vectors)
             if self.lexical or self.context:
                 ids = arrays.ids.tolist()
-                context = await asyncio.to_thread(self._index, vectors, arrays, ids)
+                context = await asyncio.to_thread(self._index, vectors, arrays, ids, gathering)
                 if context is not None and arrays.sources is None:  # (a backend that reads them apart)
                     context.set_sources(await self.store.sources(stream), ids)
             if evidence is not None:
@@ -161,12 +165,13 @@ class VectorIndex:
             self._loading.pop(stream, None)
             self._journals.pop(stream, None)
 
-    def _index(self, vectors: StreamVectors, arrays: StreamArrays, ids: list[int]) -> StreamContext | None:
+    def _index(self, vectors: StreamVectors, arrays: StreamArrays, ids: list[int],
+               gathered: Gathering) -> StreamContext | None:
         """A loaded stream's lexical index and context, linked to the sources its load read, in a worker thread:
         not yet visible to any query or write (those that come meanwhile are journaled), and off the event loop
         (linking a 50k stream's sources takes ~80 ms that hot queries would otherwise wait through)."""
         context = vectors.index(ids, arrays.texts or [], language=self.language if self.lexical else None,
-                                context=self.context)
+                                context=self.context, gathered=gathered)
         if context is not None and arrays.sources is not None:
             context.load_sources(ids, arrays.sources)
         return context

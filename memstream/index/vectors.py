@@ -21,12 +21,10 @@ from memstream.index import _kernels as kernels
 from memstream.index import _pages as pages
 from memstream.index._scratch import Scratch
 from memstream.index.context import StreamContext
-from memstream.index.cues import hold_times
+from memstream.index.gathering import Gathering
 from memstream.index.grounding import Grounding
 from memstream.index.lexical import StreamTerms
-from memstream.index.postings import Postings
 from memstream.index.screen import Screen
-from memstream.index.words import words_of
 from memstream.store import StreamArrays
 from memstream.store.arrays import F32, F64, I64, inverse_norms, large_empty
 
@@ -229,30 +227,28 @@ class StreamVectors:
         return context
 
     def index(self, ids: Sequence[int], texts: Sequence[str], *, language: str | None, context: bool,
-              chunk: int = _TEXT_CHUNK) -> StreamContext | None:
+              chunk: int = _TEXT_CHUNK, gathered: Gathering | None = None) -> StreamContext | None:
         """Start the lexical index (its words stemmed in `language`; None: no lexical index) and, with `context`,
         the context, from the texts of every row's memory (given by id, in any order), reading each text's words
-        once, `chunk` rows at a time (postings.py); the context's sources follow (StreamContext.set_sources)."""
+        once, `chunk` rows at a time (postings.py); the context's sources follow (StreamContext.set_sources).
+        `gathered`: what the load gathered of the first rows' texts as it read them (gathering.py), if anything,
+        with the same language and context; the rest are read here."""
         rows = self.ids.tolist()
-        if len(ids) != len(rows) or list(ids) != rows:  # (a load gives them in row order: no mapping needed)
+        in_order = len(ids) == len(rows) and list(ids) == rows  # (a load gives them in row order: no mapping)
+        if not in_order:
             by_id = dict(zip([int(i) for i in ids], texts, strict=True))
             texts = [by_id.get(memory_id, "") for memory_id in rows]
-        gathered = Postings(language) if language is not None else None
-        timed = np.zeros(len(rows), np.bool_)
-        for start in range(0, len(rows), chunk):
-            part = texts[start:start + chunk]
-            said = words_of(part)
-            if gathered is not None:
-                gathered.feed(said)
-            if context:
-                timed[start:start + len(part)] = hold_times(part, said)
-        if gathered is not None:
+        if gathered is None or not in_order or not gathered.fed(texts):
+            gathered = Gathering(language, context)
+        for start in range(gathered.rows, len(rows), chunk):
+            gathered.feed(texts[start:start + chunk])
+        if gathered.postings is not None:
             self.terms = StreamTerms(language or "english")
-            self.terms.load(0, gathered)
+            self.terms.load(0, gathered.postings)
         if not context:
             return None
         self.context = StreamContext()
-        self.context.add(0, rows, self.created.tolist(), texts, timed=timed)
+        self.context.add(0, rows, self.created.tolist(), texts, timed=gathered.timed())
         return self.context
 
     def memo(self, key: object, make: Callable[[], F64]) -> F64:

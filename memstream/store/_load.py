@@ -1,13 +1,14 @@
-"""Reading a stream's ready rows into arrays: in this process, or in worker processes for a large stream.
+"""Reading a stream's ready rows into arrays: in this process, or in reader processes (readers.py).
 
 Python spends ~2.7 us per row turning SQLite rows into objects, under the GIL, so a second reader thread
-does not help; a second process does. A large stream is split into id ranges, one per worker process;
-each worker writes its embeddings into its own memfd (shared memory) and sends the small columns back
-through its stdout. The parent maps each memfd as one block of the matrix: the embeddings are copied once,
-by the worker that read them.
+does not help; a second process does. A stream is split into id ranges, one per reader process; each reader
+writes its embeddings into the memfd (shared memory) it was given and sends the small columns, texts and
+sources back through its socket, a chunk of rows at a time, so that the parent can index the texts of one
+chunk while the next is read. The parent maps each memfd as one block of the matrix: the embeddings are
+copied once, by the reader that read them.
 
-This module imports nothing from memstream: a worker runs it as a script (`python -P _load.py SPEC`) and
-starts in ~0.1 s, where importing the package (the openai SDK) takes over a second.
+This module imports nothing from memstream: a reader runs it as a script (`python -P _load.py`, its socket
+as stdin) and starts in ~0.1 s, where importing the package (the openai SDK) takes over a second.
 """
 
 from __future__ import annotations
@@ -18,19 +19,19 @@ import importlib
 import json
 import mmap
 import os
-import subprocess
+import socket
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["CHUNK", "LoadError", "Part", "Sink", "WorkerFailed", "inverse_norms", "large_empty",
-           "load_in_processes", "processes_available", "ranges", "read_only", "read_range", "runs", "seeks",
-           "select_ready", "split"]
+__all__ = ["CHUNK", "CHUNK_ROWS", "COLUMNS", "LoadError", "Part", "Sink", "WorkerFailed", "frame", "inverse_norms",
+           "large_empty", "ranges", "read_only", "read_range", "rows_payload", "runs", "seeks", "select_ready",
+           "serve"]
 
 # NOT INDEXED: walk the table in id order over a range of ids, not the stream index in time order, where the
 # stream holds much of its id range (a persona file of one server, a stream imported at once); INDEXED BY: its
@@ -52,14 +53,14 @@ _IDS = f"SELECT id FROM memories {_SEEK} WHERE stream = ? AND id BETWEEN ? AND ?
 CHUNK = 4096
 # A row's source, in the order of memstream.records.Source's fields.
 _SOURCE_COLUMNS = ", author, author_id, channel, channel_id, message_id, reply_to"
-_SOURCE_FIELDS = 6
-_NONE = 2**32 - 1  # a missing string's length, between processes
+SOURCE_FIELDS = 6
+NONE = 2**32 - 1  # a missing string's length, between processes
 _MMAP_LIMIT = 1 << 40  # SQLite caps it at its compile-time maximum
 _MADV_POPULATE_WRITE = 23  # Linux 5.14+; not exported by Python 3.11's mmap module
-# The small columns a worker sends back, in this order, after an 8-byte row count.
-_COLUMNS = (("ids", np.int64), ("importance", np.float32), ("last", np.float64), ("created", np.float64),
-            ("inverse_norms", np.float32))
-_WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+# The small columns a reader sends back, in this order, after an 8-byte row count.
+COLUMNS = (("ids", np.int64), ("importance", np.float32), ("last", np.float64), ("created", np.float64),
+           ("inverse_norms", np.float32))
+WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 class LoadError(Exception):
@@ -196,7 +197,7 @@ class Sink:
 
     def columns(self) -> dict[str, npt.NDArray[Any]]:
         """The filled part of each small column."""
-        return {name: getattr(self, name)[: self.n] for name, _ in _COLUMNS}
+        return {name: getattr(self, name)[: self.n] for name, _ in COLUMNS}
 
 
 def runs(ids: Sequence[int], gap: int = RUN_GAP) -> list[tuple[int, int]]:
@@ -224,10 +225,12 @@ def ranges(conn: Any, stream: str, low: int, high: int) -> list[tuple[int, int]]
     return found if long_runs and mostly_its_own else None
 
 
-def read_range(connect: Any, stream: str, low: int, high: int, sink: Sink, *, seek: bool = False) -> None:
+def read_range(connect: Any, stream: str, low: int, high: int, sink: Sink, *, seek: bool = False,
+               after: Callable[[], None] | None = None, chunk: int = CHUNK) -> None:
     """Fill `sink` with the stream's ready rows whose ids are in [low, high], read through `connect()`: walking
     the range; with `seek` (a stream with a small share of the range), walking each of its `ranges`, or through
-    the stream index where they are scattered. One read transaction: one snapshot."""
+    the stream index where they are scattered. One read transaction: one snapshot. `after`: called after each
+    chunk of rows (at most `chunk`) is put into the sink."""
     conn = connect()
     try:
         conn.execute("BEGIN")
@@ -236,8 +239,10 @@ def read_range(connect: Any, stream: str, low: int, high: int, sink: Sink, *, se
                              seek=seek and walks is None)
         for first, last in [(low, high)] if walks is None else walks:
             cursor = conn.execute(query, (stream, first, last))
-            while rows := cursor.fetchmany(CHUNK):
+            while rows := cursor.fetchmany(chunk):
                 sink.put(rows)
+                if after is not None:
+                    after()
     finally:
         conn.close()
 
@@ -263,13 +268,13 @@ def read_only(module: Any, path: str, *, mapped: bool = False) -> Any:
     return connect
 
 
-# -- worker processes ---------------------------------------------------------------------------------------
+# -- reader processes ---------------------------------------------------------------------------------------
 
 
 @dataclass
 class Part:
-    """What one reader read: its block of embeddings (a worker's: a view of shared memory), its columns and,
-    when asked for, its texts and sources (in row order)."""
+    """What one reader read: its block of embeddings (a reader process's: a view of shared memory), its columns
+    and, when asked for, its texts and sources (in row order)."""
 
     embeddings: npt.NDArray[np.float32]
     columns: dict[str, npt.NDArray[Any]]
@@ -277,172 +282,112 @@ class Part:
     sources: list[tuple[str | None, ...]] | None = None
 
 
-def processes_available() -> bool:
-    """Whether this system can load in worker processes (Linux: memfd; an interpreter to start)."""
-    return bool(sys.executable) and hasattr(os, "memfd_create")
-
-
-def split(low: int, high: int, parts: int) -> list[tuple[int, int]]:
-    """[low, high] cut into `parts` consecutive id ranges of (nearly) equal width."""
-    width = high - low + 1
-    bounds = [low + width * i // parts for i in range(parts + 1)]
-    return [(bounds[i], bounds[i + 1] - 1) for i in range(parts) if bounds[i + 1] > bounds[i]]
-
-
-def load_in_processes(module: str, path: str, stream: str, low: int, high: int, capacity: int, dim: int,
-                      workers: int, *, timeout: float = 600.0, texts: bool = False,
-                      sources: bool = False, seek: bool = False) -> list[Part]:
-    """The stream's ready rows with ids in [low, high] (and their texts, with `texts`, and sources, with
-    `sources`), read by `workers` processes, one block each.
-
-    `capacity` bounds the rows of any one part (the stream's row count). Raises LoadError for bad data
-    (as the worker reported it) and WorkerFailed when the processes themselves could not do the work.
-    """
-    if not processes_available():
-        raise WorkerFailed("no interpreter to start, or no memfd on this system")
-    size = max(capacity, 1) * dim * 4
-    started: list[tuple[int, subprocess.Popen[bytes]]] = []
-    try:
-        for first, last in split(low, high, workers):
-            fd = os.memfd_create(f"memstream-load-{first}")
-            try:
-                os.ftruncate(fd, size)
-                spec = {"module": module, "path": path, "stream": stream, "low": first, "high": last,
-                        "capacity": capacity, "dim": dim, "fd": fd, "texts": texts, "sources": sources,
-                        "seek": seek}
-                process = subprocess.Popen(
-                    [sys.executable, "-P", os.path.abspath(__file__), json.dumps(spec)],
-                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(fd,),
-                    env={**os.environ, **_WORKER_ENV})
-            except BaseException:
-                os.close(fd)
-                raise
-            started.append((fd, process))
-        # Each worker's output is read in its own thread: a full pipe must never stall a worker.
-        results: list[tuple[bytes, bytes] | BaseException] = [(b"", b"") for _ in started]
-
-        def collect(i: int, process: subprocess.Popen[bytes]) -> None:
-            try:
-                results[i] = process.communicate(timeout=timeout)
-            except BaseException as exc:
-                results[i] = exc
-
-        threads = [threading.Thread(target=collect, args=(i, p)) for i, (_, p) in enumerate(started)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        parts = []
-        for (fd, process), result in zip(started, results, strict=True):
-            if isinstance(result, BaseException):
-                raise WorkerFailed(f"a loader process did not finish: {result}")
-            out, err = result
-            message = err.decode("utf-8", "replace").strip()
-            if process.returncode == 2:
-                raise LoadError(message)
-            if process.returncode != 0:
-                tail = message.splitlines()[-1] if message else "no message"
-                raise WorkerFailed(f"a loader process exited with {process.returncode}: {tail}")
-            parts.append(_receive(fd, out, dim, texts, sources))
-        return parts
-    except OSError as exc:
-        raise WorkerFailed(f"cannot start a loader process: {exc}") from exc
-    finally:
-        for fd, process in started:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-            os.close(fd)
-
-
-def _receive(fd: int, out: bytes, dim: int, texts: bool, sources: bool) -> Part:
-    """A worker's rows: its columns (and texts, and sources) from its output, its embeddings mapped from its
-    memfd."""
-    if len(out) < 8:
-        raise WorkerFailed("a loader process sent no answer")
-    n = int.from_bytes(out[:8], "little")
-    columns, offset = {}, 8
-    for name, dtype in _COLUMNS:
-        size = n * np.dtype(dtype).itemsize
-        columns[name] = np.frombuffer(out, dtype=dtype, count=n, offset=offset)
-        offset += size
-    words, fields = None, None
-    if texts:
-        found, offset = _unpack_strings(out, offset, n)
-        words = [text or "" for text in found]
-    if sources:
-        flat, offset = _unpack_strings(out, offset, n * _SOURCE_FIELDS)
-        fields = list(zip(*[iter(flat)] * _SOURCE_FIELDS, strict=True))
-    if offset != len(out):
-        raise WorkerFailed(f"a loader process sent {len(out)} bytes for {n} rows")
-    length = n * dim * 4
-    os.ftruncate(fd, length)  # frees the pages mapped ahead of the rows the worker did not need
-    if length == 0:
-        return Part(np.empty((0, dim), np.float32), columns, words, fields)
-    region = mmap.mmap(fd, length, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
-    return Part(np.frombuffer(region, dtype=np.float32).reshape(n, dim), columns, words, fields)
-
-
 def _pack_strings(values: Sequence[str | None]) -> bytes:
     """Strings (or None) as their lengths in characters (4 bytes each; None: 2^32 - 1), the byte length of what
     follows (8 bytes), and then all of them, in UTF-8, end to end."""
-    lengths = np.fromiter((_NONE if v is None else len(v) for v in values), np.uint32, len(values))
+    lengths = np.fromiter((NONE if v is None else len(v) for v in values), np.uint32, len(values))
     joined = "".join(v for v in values if v is not None).encode("utf-8", "surrogatepass")
     return lengths.tobytes() + len(joined).to_bytes(8, "little") + joined
 
 
-def _unpack_strings(out: bytes, offset: int, n: int) -> tuple[list[str | None], int]:
-    """The n strings _pack_strings packed at `offset`, and the offset after them."""
-    if len(out) < offset + 4 * n + 8:
-        raise WorkerFailed(f"a loader process sent {len(out)} bytes for {n} strings")
-    lengths = np.frombuffer(out, np.uint32, n, offset)
-    start = offset + 4 * n + 8
-    end = start + int.from_bytes(out[start - 8:start], "little")
-    try:
-        joined = out[start:end].decode("utf-8", "surrogatepass")
-    except UnicodeDecodeError as exc:
-        raise WorkerFailed(f"a loader process sent texts that are not UTF-8: {exc}") from exc
-    missing = lengths == _NONE
-    bounds = [0, *np.cumsum(np.where(missing, 0, lengths), dtype=np.int64).tolist()]
-    if bounds[-1] != len(joined) or end > len(out):
-        raise WorkerFailed(f"a loader process sent {len(joined)} characters of texts, not {bounds[-1]}")
-    gone = missing.tolist()
-    return [None if gone[i] else joined[bounds[i]:bounds[i + 1]] for i in range(n)], end
 
 
-def _work(spec: dict[str, Any]) -> int:
-    """A worker: read one id range into the memfd it was given; the columns go to stdout."""
+# A reader process's answer is a series of frames: a kind (one byte), the payload's length (8 bytes), the payload.
+CHUNK_ROWS = 1024  # rows a reader sends at a time, at least (the last chunk: what is left)
+ROWS, DONE, BAD_DATA, FAILED = b"R", b"D", b"L", b"F"
+
+
+def frame(kind: bytes, *payload: bytes) -> bytes:
+    """One frame of a reader's answer."""
+    return kind + sum(map(len, payload)).to_bytes(8, "little") + b"".join(payload)
+
+
+def rows_payload(sink: Sink, start: int, end: int) -> list[bytes]:
+    """Rows start..end of a sink as a ROWS frame's payload: the count (8 bytes), each small column, then the
+    texts if kept (_pack_strings) and the sources if kept, field by field (_coded). Their embeddings are in the
+    reader's memfd already."""
+    out = [(end - start).to_bytes(8, "little")]
+    out.extend(column[start:end].tobytes() for column in sink.columns().values())
+    if sink.texts is not None:
+        out.append(_pack_strings(sink.texts[start:end]))
+    if sink.sources is not None:
+        for column in zip(*sink.sources[start:end], strict=True) if end > start else [()] * SOURCE_FIELDS:
+            out.extend(_coded(column))
+    return out
+
+
+def _coded(values: Sequence[str | None]) -> list[bytes]:
+    """A column of strings as its distinct values (their count, 4 bytes, then _pack_strings) and each value's
+    code among them (4 bytes each): a source's author and channel repeat across a stream's rows."""
+    index: dict[str | None, int] = {}
+    codes = np.fromiter(map(lambda v: index.setdefault(v, len(index)), values), np.uint32, len(values))
+    return [len(index).to_bytes(4, "little"), _pack_strings(list(index)), codes.tobytes()]
+
+
+def _request(sock: socket.socket) -> tuple[dict[str, Any], int] | None:
+    """The next request (its JSON spec, after an 8-byte length) and the memfd sent with it; None at the end."""
+    data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 1)
+    while data and len(data) < 8 + int.from_bytes(data[:8].ljust(8, b"\0"), "little"):
+        more = sock.recv(1 << 16)
+        if not more:
+            break
+        data += more
+    if not data:
+        for fd in fds:
+            os.close(fd)
+        return None
+    if len(fds) != 1:
+        raise ValueError("a request came without its memfd")
+    return json.loads(data[8:]), fds[0]
+
+
+def _answer(sock: socket.socket, spec: dict[str, Any], fd: int) -> None:
+    """Read one id range of a stream into the memfd `fd`, sending its rows a chunk at a time, then DONE (or
+    BAD_DATA: the rows cannot be loaded; the parent gets the message)."""
     module = importlib.import_module(spec["module"])
     capacity, dim = int(spec["capacity"]), int(spec["dim"])
-    region = mmap.mmap(spec["fd"], max(capacity, 1) * dim * 4, flags=mmap.MAP_SHARED)
+    region = mmap.mmap(fd, max(capacity, 1) * dim * 4, flags=mmap.MAP_SHARED)
     matrix = np.frombuffer(region, dtype=np.float32).reshape(max(capacity, 1), dim)
     sink = Sink(capacity, dim, matrix=matrix, texts=bool(spec.get("texts")), sources=bool(spec.get("sources")))
-    populator = _Populator(matrix, written=lambda: sink.n)
-    thread = threading.Thread(target=populator.run, daemon=True)
-    thread.start()
+    sent = 0
+
+    def after(last: bool = False) -> None:
+        nonlocal sent
+        if sink.n - sent >= CHUNK_ROWS or (last and sink.n > sent):
+            sock.sendall(frame(ROWS, *rows_payload(sink, sent, sink.n)))
+            sent = sink.n
+
     try:
-        connect = read_only(module, spec["path"], mapped=True)
-        read_range(connect, spec["stream"], int(spec["low"]), int(spec["high"]), sink, seek=bool(spec.get("seek")))
+        connect = read_only(module, spec["path"])
+        read_range(connect, spec["stream"], int(spec["low"]), int(spec["high"]), sink, seek=bool(spec.get("seek")),
+                   after=after, chunk=CHUNK_ROWS)
+        after(last=True)
+        sock.sendall(frame(DONE))
     except LoadError as exc:
-        print(exc, file=sys.stderr)
-        return 2
+        sock.sendall(frame(BAD_DATA, str(exc).encode("utf-8", "replace")))
     except module.Error as exc:
-        print(f"cannot read stream {spec['stream']!r} from {spec['path']}: {exc}", file=sys.stderr)
-        return 2
-    finally:
-        populator.stop.set()
-        thread.join()
-    out = sys.stdout.buffer
-    out.write(sink.n.to_bytes(8, "little"))
-    for column in sink.columns().values():
-        out.write(column.tobytes())
-    if sink.texts is not None:
-        out.write(_pack_strings(sink.texts))
-    if sink.sources is not None:
-        out.write(_pack_strings([field for fields in sink.sources for field in fields]))
-    out.flush()
-    return 0
+        message = f"cannot read stream {spec['stream']!r} from {spec['path']}: {exc}"
+        sock.sendall(frame(BAD_DATA, message.encode("utf-8", "replace")))
+    # (the memfd's mapping goes with the last reference to it, as this function returns)
+
+
+def serve(sock: socket.socket) -> int:
+    """A reader process: answer requests one at a time until the parent closes the socket. Anything unexpected
+    is sent back as FAILED, and the reader ends (the parent starts another)."""
+    while True:
+        request = _request(sock)
+        if request is None:
+            return 0
+        spec, fd = request
+        try:
+            _answer(sock, spec, fd)
+        except Exception as exc:
+            with contextlib.suppress(OSError):
+                sock.sendall(frame(FAILED, f"{type(exc).__name__}: {exc}".encode("utf-8", "replace")))
+            return 1
+        finally:
+            os.close(fd)
 
 
 if __name__ == "__main__":
-    sys.exit(_work(json.loads(sys.argv[1])))
+    sys.exit(serve(socket.socket(fileno=sys.stdin.fileno())))

@@ -174,10 +174,14 @@ class StoreInterface(Protocol):
         """Every stream key in the store (with memories or state)."""
         ...
 
-    async def load_stream(self, stream: str, *, texts: bool = False, sources: bool = False) -> StreamArrays:
+    async def load_stream(self, stream: str, *, texts: bool = False, sources: bool = False,
+                          each: Callable[[list[str]], None] | None = None) -> StreamArrays:
         """The ready memories of a stream as arrays for exact retrieval in process (rows in any order); with
         `texts`, each row's text too (for its in-memory lexical index), read in the same pass; with `sources`,
-        each row's source where the same pass can read it (StreamArrays.sources; else None: see sources())."""
+        each row's source where the same pass can read it (StreamArrays.sources; else None: see sources()).
+        `each`: with `texts`, called with the texts of consecutive rows from row 0 on, in row order, as a backend
+        that reads in parts gets them (in the thread that reads, while it reads on: the caller indexes them
+        meanwhile), for the rows it reads so (possibly none); the rest are the caller's to read from `texts`."""
         ...
 
     async def load_vector(self, memory_id: int) -> npt.NDArray[np.float32]:

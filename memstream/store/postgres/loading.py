@@ -5,7 +5,7 @@ query)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import psycopg
@@ -39,7 +39,8 @@ class Loading(Rows):
         cores = _load.cores()
         return max(2, min(cores + 1, MAX_READERS))
 
-    async def load_stream(self, stream: str, *, texts: bool = False, sources: bool = False) -> StreamArrays:
+    async def load_stream(self, stream: str, *, texts: bool = False, sources: bool = False,
+                          each: Callable[[list[str]], None] | None = None) -> StreamArrays:
         """The ready memories of a stream, as arrays for retrieval (rows in id order); with `texts`, their texts,
         and with `sources` their sources, in the same pass.
 

@@ -17,6 +17,7 @@ import numpy.typing as npt
 from memstream.errors import StoreError
 from memstream.store.events import Announcer, StoreEvent
 from memstream.store.policy import REEMBED_TARGET, ModelRecord, UsageDay, model_mismatch, reembed_under_way
+from memstream.store.readers import Readers
 from memstream.store.sqlite.connection import Connection
 
 __all__ = ["Core"]
@@ -30,6 +31,7 @@ class Core(Announcer, ModelRecord, UsageDay):
         self.conn, self.path = conn, path
         # Processes that read a stream's rows at load: None picks (several for a large stream), 1 never.
         self.load_processes = load_processes
+        self.readers: Readers | None = None  # the reader processes, once a load started them (readers.py)
         self._in_transaction = False
         self._owner: asyncio.Task[Any] | None = None
         self._lock = asyncio.Lock()

@@ -1,39 +1,42 @@
 """Loading a stream's ready rows into arrays for retrieval, and their texts for the lexical index, in one read
-(large streams in worker processes: memstream.store._load), and noticing other connections' writes."""
+(a stream of thousands in reader processes: memstream.store.readers), and noticing other connections' writes."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 
 from memstream.errors import StoreError
 from memstream.store import _load
 from memstream.store.events import ChangedElsewhere
+from memstream.store.readers import Readers, processes_available
 from memstream.store.records import StreamArrays, part_arrays, sink_arrays
 from memstream.store.sqlite import connection
 from memstream.store.sqlite.binding import sqlite_module
 from memstream.store.sqlite.rows import Rows
 
-__all__ = ["MAX_LOAD_PROCESSES", "PARALLEL_LOAD_ROWS", "Loading"]
+__all__ = ["MAX_LOAD_PROCESSES", "PROCESS_ROWS", "Loading"]
 
 log = logging.getLogger(__name__)
-# A stream this large is read by worker processes when it is loaded (one per core, at most the maximum).
-PARALLEL_LOAD_ROWS = 200_000
+# A stream of this many rows or more is read by reader processes when it is loaded: one per PROCESS_ROWS / 2 rows,
+# at most one per core and the maximum. Below it, the round trip costs more than a second core saves.
+PROCESS_ROWS = 4_000
 MAX_LOAD_PROCESSES = 8
 
 
 class Loading(Rows):
     """A stream's rows as arrays (and texts), and other connections' writes."""
 
-    async def load_stream(self, stream: str, *, texts: bool = False, sources: bool = False) -> StreamArrays:
+    async def load_stream(self, stream: str, *, texts: bool = False, sources: bool = False,
+                          each: Callable[[list[str]], None] | None = None) -> StreamArrays:
         """The ready memories of a stream, as arrays for retrieval (rows in no particular order); with `texts`,
-        their texts too.
+        their texts too (and `each`: Store.load_stream).
 
         A file is read by read-only connections off the event loop (they do not hold up this
         connection's writes), straight into preallocated arrays: one copy of the embeddings in memory,
-        never two. A large stream is read by several processes at once (memstream.store._load).
+        never two. A stream of PROCESS_ROWS or more is read by reader processes (memstream.store.readers).
         """
         dims = await self.get_meta("embedding_dimensions")
         dim = int(dims) if dims else 0
@@ -56,11 +59,11 @@ class Loading(Rows):
             return sink_arrays(sink)
         seek = _load.seeks(count, int(low), int(high))  # its rows are interleaved with other streams'
         workers = self._load_workers(count)
-        if workers > 1:
+        if workers > 0:
             try:
-                parts = await asyncio.to_thread(_load.load_in_processes, sqlite_module().__name__, self.path,
-                                                stream, int(low), int(high), count, dim, workers, texts=texts,
-                                                sources=sources, seek=seek)
+                parts = await asyncio.to_thread(self._readers().read, stream, int(low), int(high), count, dim,
+                                                workers, texts=texts, sources=sources, seek=seek,
+                                                each=each if texts else None)
                 return part_arrays(parts, dim, texts=texts)
             except _load.LoadError as exc:
                 raise StoreError(str(exc)) from exc
@@ -70,15 +73,21 @@ class Loading(Rows):
                                        seek)
 
     def _load_workers(self, count: int) -> int:
-        """How many processes read a stream of `count` rows (1: this one)."""
-        if not _load.processes_available():
-            return 1
+        """How many reader processes read a stream of `count` rows (0: this process does)."""
+        if not processes_available() or self.load_processes == 1:
+            return 0
         if self.load_processes is not None:
             return self.load_processes
-        if count < PARALLEL_LOAD_ROWS:
-            return 1
-        cores = _load.cores()
-        return max(1, min(cores, MAX_LOAD_PROCESSES, count // (PARALLEL_LOAD_ROWS // 2)))
+        if count < PROCESS_ROWS:
+            return 0
+        return max(1, min(_load.cores(), MAX_LOAD_PROCESSES, count // (PROCESS_ROWS // 2)))
+
+    def _readers(self) -> Readers:
+        """This file's reader processes (started as loads need them, ended by close)."""
+        if self.readers is None:
+            keep = self.load_processes or min(_load.cores(), MAX_LOAD_PROCESSES)
+            self.readers = Readers(sqlite_module().__name__, self.path, keep)
+        return self.readers
 
     def _read_range(self, stream: str, low: int, high: int, count: int, dim: int, texts: bool,
                     sources: bool, seek: bool) -> StreamArrays:

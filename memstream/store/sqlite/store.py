@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 from pathlib import Path
@@ -44,8 +45,9 @@ class SQLiteStore(Transfer):
                    load_processes: int | None = None, clock: Clock | None = None) -> Self:
         """Open (creating if needed) the file, load sqlite-vec, apply pending migrations.
 
-        `load_processes`: how many processes read a stream's rows when it is first loaded; None (the
-        default) uses one per core for a stream of PARALLEL_LOAD_ROWS memories or more, 1 never starts one.
+        `load_processes`: how many processes read a stream's rows when it is loaded; None (the default) reads a
+        stream of PROCESS_ROWS memories or more in reader processes (one per PROCESS_ROWS / 2, at most one per
+        core), kept for the next loads until the store is closed; 1 never starts one.
         """
         if load_processes is not None and (isinstance(load_processes, bool) or not isinstance(load_processes, int)
                                            or load_processes < 1):
@@ -101,6 +103,8 @@ class SQLiteStore(Transfer):
             with contextlib.suppress(StoreError):
                 await self.finish_scrub()
         finally:
+            if self.readers is not None:
+                await asyncio.to_thread(self.readers.close)
             await self.conn.close()
 
     async def __aenter__(self) -> Self:

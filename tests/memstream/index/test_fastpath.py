@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 
@@ -16,18 +16,15 @@ from hypothesis import strategies as st
 
 from memstream.clock import to_timestamp
 from memstream.config import StreamConfig
-from memstream.errors import StoreError
 from memstream.index import _kernels as kernels
 from memstream.index import _scan as scan
 from memstream.index._terms import Scoring
 from memstream.index.ranking import rank
 from memstream.index.reference import rank_reference
-from memstream.index.vector_index import VectorIndex
 from memstream.index.vectors import SCREEN_ROWS, StreamVectors
 from memstream.models.llm import Completion
 from memstream.models.roles import RoleModel
-from memstream.store import NewMemory, SQLiteStore, Store, StreamArrays
-from memstream.store._load import WorkerFailed, load_in_processes, processes_available, split
+from memstream.store import SQLiteStore, Store, StreamArrays
 from memstream.stream import MemoryStream, Observation
 from memstream.testing import FakeClock, FakeEmbedder, ScriptedChat
 from tests.conftest import MakeMemory
@@ -264,8 +261,9 @@ class _SlowLoadStore(SQLiteStore):
 
     release: asyncio.Event
 
-    async def load_stream(self, stream: str, *, texts: bool = False, sources: bool = False) -> StreamArrays:
-        arrays = await super().load_stream(stream, texts=texts, sources=sources)
+    async def load_stream(self, stream: str, *, texts: bool = False, sources: bool = False,
+                          each: Callable[[list[str]], None] | None = None) -> StreamArrays:
+        arrays = await super().load_stream(stream, texts=texts, sources=sources, each=each)
         await self.release.wait()
         return arrays
 
@@ -348,106 +346,6 @@ async def test_a_burst_is_rated_once_each_embedded_in_batches_with_bounded_calls
     state = await store.state("guild:1")
     assert state.importance_since_reflection == 6 * per_stream["guild:1"]
     assert len((await store.load_stream("guild:1")).ids) == per_stream["guild:1"]
-
-
-@pytest.mark.parametrize("processes", [1, 2, 3])
-async def test_loading_a_file_matches_the_rows_of_the_store(tmp_path: Path, processes: int) -> None:
-    # Streams interleaved, pending rows among ready ones, ids with gaps: in this process or in several.
-    if processes > 1 and not processes_available():
-        pytest.skip("loading in worker processes needs Linux (memfd)")
-    rng = np.random.default_rng(5)
-    store = await Store.open(tmp_path / "load.db", load_processes=processes)
-    try:
-        rows = [NewMemory(stream="s" if i % 4 else "t", kind="observation", text=f"m{i}", created_at=T0 + i * 0.125,
-                          importance=int(rng.integers(1, 11)) if i % 7 else None,
-                          embedding=rng.standard_normal(6).astype(np.float32) if i % 7 else None)
-                 for i in range(3000)]
-        ids = await store.insert(rows)
-        await store.delete(ids[100:400])
-        loaded = await store.load_stream("s")
-        gone = set(ids[100:400])
-        expect = sorted((i, r) for i, r in zip(ids, rows, strict=True)
-                        if r.stream == "s" and r.embedding is not None and i not in gone)
-        assert len(loaded.blocks()) == (processes if processes > 1 else 1)
-        order = np.argsort(loaded.ids)
-        assert loaded.ids[order].tolist() == [i for i, _ in expect]
-        assert np.array_equal(loaded.matrix()[order], np.stack([r.embedding for _, r in expect]))  # type: ignore[misc]
-        assert loaded.created[order].tolist() == [r.created_at for _, r in expect]
-        assert loaded.last_accessed[order].tolist() == [r.created_at for _, r in expect]
-        assert loaded.importance[order].tolist() == [r.importance for _, r in expect]
-        assert loaded.inverse_norms is not None
-        assert np.allclose(loaded.inverse_norms[order],
-                           1 / np.linalg.norm(np.stack([r.embedding for _, r in expect]), axis=1), rtol=1e-6)  # type: ignore[misc]
-        vectors = await VectorIndex(store).get("s")
-        assert sorted(vectors.ids.tolist()) == [i for i, _ in expect]
-        reference = StreamVectors(StreamArrays(vectors.ids.copy(), vectors.embeddings.copy(),
-                                               vectors.importance.astype(np.float32), vectors.last_accessed.copy(),
-                                               vectors.created.copy()))
-        for seed in range(3):
-            query = np.random.default_rng(seed).standard_normal(6).astype(np.float32).tolist()
-            expected = rank(reference, query, T0 + 3600, StreamConfig(), 5)
-            found = rank(vectors, query, T0 + 3600, StreamConfig(), 5)
-            assert vectors.ids[found.rows].tolist() == reference.ids[expected.rows].tolist()
-            assert np.array_equal(found.score, expected.score)
-            vectors.append([10**6 + seed], [query], [5.0], T0 + 10, T0 + 10)  # a new block after the loaded ones
-            reference.append([10**6 + seed], [query], [5.0], T0 + 10, T0 + 10)
-    finally:
-        await store.close()
-
-
-@pytest.mark.parametrize("processes", [1, 3])
-async def test_a_bad_row_fails_the_load_with_its_id_whoever_reads_it(tmp_path: Path, processes: int) -> None:
-    store = await Store.open(tmp_path / "bad.db", load_processes=processes)
-    try:
-        rows = [NewMemory(stream="s", kind="observation", text=f"m{i}", created_at=T0 + i, importance=3,
-                          embedding=np.full(4, i + 1, np.float32)) for i in range(90)]
-        ids = await store.insert(rows)
-        async with store.transaction():
-            await store.conn.execute("UPDATE memories SET embedding = zeroblob(12) WHERE id = ?", (ids[70],))
-        with pytest.raises(StoreError, match=f"memory #{ids[70]} has an embedding of 12 bytes, expected 16"):
-            await store.load_stream("s")
-    finally:
-        await store.close()
-
-
-async def test_a_worker_that_cannot_run_is_reported_as_such(tmp_path: Path) -> None:
-    store = await Store.open(tmp_path / "w.db")
-    await store.close()
-    with pytest.raises(WorkerFailed, match=r"exited with 1: ModuleNotFoundError: No module named 'no_such_sqlite'"):
-        load_in_processes("no_such_sqlite", str(tmp_path / "w.db"), "s", 1, 100, 100, 4, 2)
-
-
-async def test_when_workers_cannot_start_the_stream_loads_in_this_process(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    store = await Store.open(tmp_path / "fallback.db", load_processes=2)
-    try:
-        rows = [NewMemory(stream="s", kind="observation", text=f"m{i}", created_at=T0 + i, importance=3,
-                          embedding=np.full(4, i + 1, np.float32)) for i in range(50)]
-        ids = await store.insert(rows)
-        monkeypatch.setattr("sys.executable", str(tmp_path / "no-such-python"))
-        loaded = await store.load_stream("s")
-        assert sorted(loaded.ids.tolist()) == ids and len(loaded.blocks()) == 1
-        assert "cannot start a loader process" in caplog.text and "loading it here" in caplog.text
-    finally:
-        await store.close()
-
-
-@pytest.mark.parametrize("bad", [0, -2, 1.5, True, "2"])
-async def test_a_bad_number_of_load_processes_is_refused_before_the_file_is_touched(tmp_path: Path,
-                                                                                  bad: object) -> None:
-    with pytest.raises(ValueError, match="load_processes must be a whole number of 1 or more"):
-        await Store.open(tmp_path / "never.db", load_processes=bad)  # type: ignore[arg-type]
-    assert not (tmp_path / "never.db").exists()
-
-
-def test_the_worker_split_covers_every_id_once() -> None:
-    for low, high, parts in [(1, 1, 3), (1, 2, 3), (5, 1_000_004, 2), (7, 100, 7), (-3, 3, 4)]:
-        ranges = split(low, high, parts)
-        covered = [i for first, last in ranges for i in range(first, last + 1)]
-        assert covered == list(range(low, high + 1))
-        assert len(ranges) == min(parts, high - low + 1)
-        widths = [last - first + 1 for first, last in ranges]
-        assert max(widths) - min(widths) <= 1
 
 
 def test_near_ties_below_float32_resolution_are_decided_exactly() -> None:

@@ -195,9 +195,10 @@ class _WatchedStore(SQLiteStore):
     book: Resident
     at_load: list[int]
 
-    async def load_stream(self, stream: str, *, texts: bool = False, sources: bool = False) -> StreamArrays:
+    async def load_stream(self, stream: str, *, texts: bool = False, sources: bool = False,
+                          each: Callable[[list[str]], None] | None = None) -> StreamArrays:
         self.at_load.append(self.book.total())
-        return await super().load_stream(stream, texts=texts, sources=sources)
+        return await super().load_stream(stream, texts=texts, sources=sources, each=each)
 
 
 async def test_a_dropped_stream_gets_room_before_its_reload_not_after(tmp_path: Path, clock: FakeClock) -> None:
