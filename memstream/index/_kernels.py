@@ -47,7 +47,8 @@ def _compile() -> dict[str, Any]:
     return {"prepare": _loops.prepare, "cosines": _loops.cosines, "pass_terms": _loops.pass_terms,
             "candidates": _loops.candidates, "cut": _loops.cut, "finish": _loops.finish, "quantize": _loops.quantize,
             "bm25": _loops.bm25, "context": _loops.context, "cut_words": _word_loops.cut_words,
-            "count_terms": _word_loops.count_terms, "slot_terms": _word_loops.slot_terms}
+            "count_terms": _word_loops.count_terms, "slot_terms": _word_loops.slot_terms,
+            "term_order": _word_loops.term_order}
 
 
 def _get() -> dict[str, Any] | None:
@@ -77,6 +78,7 @@ def _warm(kernels: dict[str, Any]) -> None:
         kernels["cut_words"](chars, np.array([4], np.int64), np.ones(128, np.uint8))
     kernels["count_terms"](rows, rows, rows[:1], 4)
     kernels["slot_terms"](rows, rows, 4)
+    kernels["term_order"](rows, 4)
     kernels["cosines"](np.ones((4, 4), np.float32), ones32, ones32, ones32.copy(), 0)
     codes = np.ones((4, 4), np.int16)
     kernels["cosines"](codes, ones32, ones32, ones32.copy(), 0)

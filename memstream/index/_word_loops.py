@@ -168,3 +168,19 @@ def slot_terms(tids: Any, slots: Any, documents: int) -> tuple[Any, Any]:
         out[at[slots[p]]] = tids[p]
         at[slots[p]] += 1
     return starts, out
+
+
+@jit
+def term_order(tids: Any, terms: int) -> Any:
+    # postings.Block's order for postings gathered a chunk at a time (each chunk's in term order, the chunks in slot
+    # order): the positions of the postings by term, each term's in the order given. A counting sort (stable).
+    starts = np.zeros(terms + 1, np.int64)
+    for p in range(tids.size):
+        starts[tids[p] + 1] += 1
+    for t in range(terms):
+        starts[t + 1] += starts[t]
+    out = np.empty(tids.size, np.int64)
+    for p in range(tids.size):
+        out[starts[tids[p]]] = p
+        starts[tids[p]] += 1
+    return out

@@ -49,10 +49,16 @@ def holds_time(text: str) -> bool:
     return not TIME_WORDS.isdisjoint(words(text)) or _holds_date(text)
 
 
-def hold_times(texts: Sequence[str], said: Words) -> npt.NDArray[np.bool_]:
+def hold_times(texts: Sequence[str], said: Words, kinds_of: dict[str, int] | None = None) -> npt.NDArray[np.bool_]:
     """holds_time of each text, given their words (words.words_of), at once: each distinct word is looked at
-    once, and the date pattern is searched only in the texts holding a word it could match."""
-    kinds = [1 if word in TIME_WORDS else 2 if _may_date(word) else 0 for word in said.distinct]
+    once (`kinds_of`: what words seen before are, kept across calls), and the date pattern is searched only in the
+    texts holding a word it could match."""
+    if kinds_of is None:
+        kinds = [_kind(word) for word in said.distinct]
+    else:
+        for word in set(said.distinct).difference(kinds_of):
+            kinds_of[word] = _kind(word)
+        kinds = list(map(kinds_of.__getitem__, said.distinct))
     kind = np.asarray(kinds, np.int8)[said.codes]
     docs = said.docs()
     timed = np.zeros(len(texts), np.bool_)
@@ -62,6 +68,11 @@ def hold_times(texts: Sequence[str], said: Words) -> npt.NDArray[np.bool_]:
     for i in np.flatnonzero(maybe & ~timed).tolist():
         timed[i] = _TIME_PATTERN.search(texts[i]) is not None
     return timed
+
+
+def _kind(word: str) -> int:
+    """1: a time word; 2: a word the date pattern could match within; 0: neither."""
+    return 1 if word in TIME_WORDS else 2 if _may_date(word) else 0
 
 
 def _holds_date(text: str) -> bool:

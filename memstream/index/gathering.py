@@ -31,6 +31,7 @@ class Gathering:
         self.rows = 0
         self._texts: list[str] = []
         self._timed: list[npt.NDArray[np.bool_]] = []
+        self._kinds: dict[str, int] = {}  # the words seen, for the time flags (cues.hold_times)
 
     def feed(self, texts: Sequence[str]) -> None:
         """The texts of the next rows."""
@@ -38,7 +39,7 @@ class Gathering:
         if self.postings is not None:
             self.postings.feed(said)
         if self.context:
-            self._timed.append(hold_times(texts, said))
+            self._timed.append(hold_times(texts, said, self._kinds))
         self._texts.extend(texts)
         self.rows += len(texts)
 

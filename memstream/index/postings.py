@@ -44,10 +44,11 @@ class Block(NamedTuple):
         documents are gathered and as a compaction lists them) of `terms` terms and `documents` document slots.
         `compiled`: each slot's terms gathered by the compiled counting sort or by numpy (default: the loop once
         loaded); the same block either way."""
-        if tids.size > 1 and (np.diff(tids) < 0).any():
-            by_term = np.argsort(tids, kind="stable")  # (term, slot) order: each term's were in slot order
+        compiled = compiled if compiled is not None else kernels.ready()
+        if tids.size > 1 and (np.diff(tids) < 0).any():  # (term, slot) order: each term's were in slot order
+            by_term = kernels.loops()["term_order"](tids, terms) if compiled else np.argsort(tids, kind="stable")
             tids, slots, tfs = tids[by_term], slots[by_term], tfs[by_term]
-        if compiled if compiled is not None else kernels.ready():
+        if compiled:
             doc_start, doc_terms = kernels.loops()["slot_terms"](tids, slots, documents)
             return cls(_starts(tids, terms), slots, tfs, doc_start, doc_terms)
         by_slot = np.argsort(slots, kind="stable")  # (within a slot, by term: they are sorted by term)

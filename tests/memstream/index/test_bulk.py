@@ -99,6 +99,9 @@ def test_time_flags_of_every_piece_and_pair_are_the_definitions() -> None:
     expected = [_reference_time(text) for text in batch]
     assert [holds_time(text) for text in batch] == expected
     assert hold_times(batch, words_of(batch)).tolist() == expected
+    kinds: dict[str, int] = {}  # (kept across chunks, as a load's gathering keeps it)
+    chunks = [batch[start:start + 97] for start in range(0, len(batch), 97)]
+    assert [flag for chunk in chunks for flag in hold_times(chunk, words_of(chunk), kinds).tolist()] == expected
 
 
 @settings(max_examples=400, deadline=None, derandomize=True, database=None)
@@ -107,6 +110,9 @@ def test_time_flags_at_once_are_the_definitions(batch: list[str]) -> None:
     expected = [_reference_time(text) for text in batch]
     assert [holds_time(text) for text in batch] == expected
     assert hold_times(batch, words_of(batch)).tolist() == expected
+    kinds: dict[str, int] = {}  # (kept across chunks, as a load's gathering keeps it)
+    chunks = [batch[start:start + 3] for start in range(0, len(batch), 3)]
+    assert [flag for chunk in chunks for flag in hold_times(chunk, words_of(chunk), kinds).tolist()] == expected
 
 
 WORDS = ["paint", "painting", "sunrise", "the", "boat", "Klaus", "party", "2024", "café", "studies", "studied"]
