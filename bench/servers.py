@@ -94,11 +94,13 @@ QUICK = {"streams": 100, "memories": 300_000, "minutes": 1.5, "warmup": 15.0, "b
 
 
 class Sampler(threading.Thread):
-    """VmRSS and the resident book's total, sampled every 0.1 s; their largest values."""
+    """VmRSS and the resident book's total, sampled every 0.1 s, and the reader processes' own memory (their
+    RssAnon: the matrices they write are the persona process's, their libraries' pages shared); largest values."""
 
-    def __init__(self, book: Callable[[], int]) -> None:
+    def __init__(self, book: Callable[[], int], readers: Callable[[], list[int]]) -> None:
         super().__init__(daemon=True)
-        self.book, self.rss_peak, self.anon_peak, self.book_peak = book, 0.0, 0.0, 0
+        self.book, self.readers, self.rss_peak, self.anon_peak, self.book_peak = book, readers, 0.0, 0.0, 0
+        self.readers_peak, self.readers_most = 0.0, 0
         self._stop_event = threading.Event()
 
     def run(self) -> None:
@@ -106,15 +108,21 @@ class Sampler(threading.Thread):
             self.rss_peak = max(self.rss_peak, status_mb("VmRSS"))
             self.anon_peak = max(self.anon_peak, status_mb("RssAnon"))
             self.book_peak = max(self.book_peak, self.book())
+            pids = self.readers()
+            self.readers_most = max(self.readers_most, len(pids))
+            self.readers_peak = max(self.readers_peak, sum(status_mb("RssAnon", pid) for pid in pids))
 
     def stop(self) -> None:
         self._stop_event.set()
         self.join()
 
 
-def status_mb(key: str) -> float:
-    """A figure of /proc/self/status (VmRSS, VmHWM), in MiB."""
-    found = re.search(rf"{key}:\s+(\d+)", Path("/proc/self/status").read_text())
+def status_mb(key: str, pid: int | str = "self") -> float:
+    """A figure of /proc/PID/status (VmRSS, VmHWM), in MiB (0 for a process that is gone)."""
+    try:
+        found = re.search(rf"{key}:\s+(\d+)", Path(f"/proc/{pid}/status").read_text())
+    except OSError:
+        return 0.0
     return int(found.group(1)) / 1024 if found else 0.0
 
 
@@ -281,7 +289,9 @@ class Phase:
 
 async def _traffic(plan: Plan, server: Server) -> dict[str, Any]:
     """The clients and the writer for the warm-up then the measured time; then the ready times, quietly."""
-    sampler = Sampler(server.memory.index.resident.total)
+    sampler = Sampler(server.memory.index.resident.total,
+                      lambda: [] if getattr(server.memory.store, "readers", None) is None
+                      else server.memory.store.readers.pids())
     sampler.start()
     phase = Phase(plan, server)
     await asyncio.gather(server.writer(phase.stop), *(server.client(phase.stop) for _ in range(plan.clients)))
@@ -291,13 +301,15 @@ async def _traffic(plan: Plan, server: Server) -> dict[str, Any]:
     sampler.stop()
     return {"minutes": minutes, "reloads": stats.reloads - phase.reloads, "drops": stats.drops,
             "rss_peak_sampled_mb": sampler.rss_peak, "anon_peak_mb": sampler.anon_peak, "vm_hwm_mb": status_mb("VmHWM"),
-            "book_peak_mb": sampler.book_peak / 2**20, "ready": ready}
+            "book_peak_mb": sampler.book_peak / 2**20, "ready": ready, "readers_peak_mb": sampler.readers_peak,
+            "readers": sampler.readers_most}
 
 
 def _figures(plan: Plan, server: Server, sizes: dict[str, int], run: dict[str, Any]) -> dict[str, Any]:
     t, budget = server.traffic, plan.budget_mb
     peak = max(run["vm_hwm_mb"], run["rss_peak_sampled_mb"])  # (the kernel updates VmHWM lazily)
-    over = peak - run["baseline_rss_mb"] - run["no_budget_stream_mb"]
+    # (the reader processes' own memory counts: they serve this process)
+    over = peak - run["baseline_rss_mb"] - run["no_budget_stream_mb"] + run["readers_peak_mb"]
     anon = run["anon_peak_mb"] - run["baseline_anon_mb"] - run["no_budget_stream_mb"]  # without file pages
     hot, free = summary(t.chosen_hot), summary(t.free_hot)
     ready_ms = float(np.median(run["ready"])) * 1e3
@@ -314,7 +326,8 @@ def _figures(plan: Plan, server: Server, sizes: dict[str, int], run: dict[str, A
         "writes": summary(t.writes), "write_errors": t.write_errors,
         "budget_mb": budget, "baseline_rss_mb": run["baseline_rss_mb"], "vm_hwm_mb": round(run["vm_hwm_mb"], 1),
         "rss_peak_sampled_mb": round(run["rss_peak_sampled_mb"], 1), "rss_peak_mb": round(peak, 1),
-        "rss_over_baseline_mb": round(over, 1),
+        "rss_over_baseline_mb": round(over, 1), "reader_processes": run["readers"],
+        "readers_anon_peak_mb": round(run["readers_peak_mb"], 1),
         "anon_peak_mb": round(run["anon_peak_mb"], 1), "baseline_anon_mb": run["baseline_anon_mb"],
         "anon_over_budget": round(anon / budget, 3) if budget else None, "book_peak_mb": round(run["book_peak_mb"], 1),
         "no_budget_stream_mb": run["no_budget_stream_mb"],

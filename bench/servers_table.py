@@ -30,7 +30,9 @@ def table(f: dict[str, Any]) -> str:
               f"  RSS: baseline {f['baseline_rss_mb']:.0f} MiB, VmHWM {f['vm_hwm_mb']:.0f}, sampled peak "
               f"{f['rss_peak_sampled_mb']:.0f}, book peak {f['book_peak_mb']:.0f}, no-budget stream "
               f"{f['no_budget_stream_mb']:.0f}",
-              f"  (peak RSS - baseline - no-budget stream) / budget = {f['rss_over_baseline_mb']:.0f} / "
+              f"  reader processes {f['reader_processes']}, their own memory (RssAnon) at most "
+              f"{f['readers_anon_peak_mb']:.0f} MiB in all",
+              f"  (peak RSS - baseline - no-budget stream + readers') / budget = {f['rss_over_baseline_mb']:.0f} / "
               f"{f['budget_mb']} = {f['rss_over_budget']}  (target <= 1.2)",
               f"  anonymous memory alone (RssAnon): peak {f['anon_peak_mb']:.0f} MiB, baseline "
               f"{f['baseline_anon_mb']:.0f}: {f['anon_over_budget']} x budget",

@@ -170,6 +170,11 @@ class Readers:
                 os.close(fd)
             self._give_back(readers, done)
 
+    def pids(self) -> list[int]:
+        """The process ids of the readers waiting for a load (for what watches their memory)."""
+        with self._lock:
+            return [reader.process.pid for reader in self._idle if reader.alive()]
+
     def close(self) -> None:
         """End every reader (one at work ends when its load is over)."""
         with self._lock:

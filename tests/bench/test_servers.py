@@ -59,6 +59,10 @@ async def test_a_tiny_budget_reloads_and_every_query_is_answered(tmp_path: Path)
     assert f["reloads"] > 0 and f["reloads_per_minute"] > 0 and f["cold_queries"] > 0
     assert f["rss_peak_mb"] >= f["vm_hwm_mb"] > f["baseline_rss_mb"] > 0 and f["rss_peak_sampled_mb"] > 0
     assert f["rss_over_budget"] is not None and f["anon_over_budget"] is not None and f["book_peak_mb"] > 0
+    # the reader processes' own memory counts against the budget (streams of 4,000 or more are read by them)
+    assert (f["reader_processes"] > 0) == (f["readers_anon_peak_mb"] > 0) == (f["sizes"]["largest"] >= 4_000)
+    own = f["rss_peak_mb"] - f["baseline_rss_mb"] - f["no_budget_stream_mb"] + f["readers_anon_peak_mb"]
+    assert abs(f["rss_over_baseline_mb"] - own) <= 0.2
     # a sampled peak, which need not top the baseline: a 1 MB budget's trims can hand back what the baseline held
     assert f["rss_peak_mb"] >= f["anon_peak_mb"] > 0 and f["baseline_anon_mb"] > 0
     assert f["chosen_hot_budget"]["n"] == f["chosen_hot_no_budget"]["n"]
