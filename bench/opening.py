@@ -5,10 +5,10 @@ line.
 Ready means: Store.open, the stream's matrix loaded (with the `hybrid` profile, its lexical index built from
 the texts too, as for a persona made by `memstream init`), and the first query answered
 (Retriever.explain_vector). PROCESSES is Store.open's load_processes (default: memstream's choice; 1 = read in
-this process only, the baseline). Worker processes write the embeddings into shared memory that this process
-then maps: the peak resident memory of the workers (getrusage of children) counts those shared pages again, so
-it is reported beside this process's, not added to it. `cpu_s` is the processor time this process and its
-workers spent getting ready (not a database server's).
+this process only, the baseline). Reader processes write the embeddings into shared memory that this process
+then maps: the peak resident memory of the readers (getrusage of children, once the store has ended them)
+counts those shared pages again, so it is reported beside this process's, not added to it. `cpu_s` is the
+processor time this process and its readers spent (not a database server's), the readers' until they ended.
 """
 
 from __future__ import annotations
@@ -66,9 +66,9 @@ async def _open(path: str, processes: int | None, profile: str = "spec") -> dict
     retriever = Retriever(store, index, models, config, FakeClock(from_timestamp(NOW)))
     found = await retriever.explain_vector(query(vectors.dim), stream=STREAM, text=QUERY_TEXT)
     answered = time.perf_counter()
-    cpu = _cpu_s() - cpu
     after = _memory_mb()
-    await store.close()
+    await store.close()  # (which ends the reader processes: their time and peak are counted once they have ended)
+    cpu = _cpu_s() - cpu
     raw = vectors.n * vectors.dim * 4 / 2**20
     return {"n": vectors.n, "dim": vectors.dim, "profile": profile, "cpu_s": cpu, "open_s": opened - start,
             "load_s": loaded - opened, "first_query_s": answered - loaded, "ready_s": answered - start,
