@@ -18,7 +18,7 @@ from memstream.index.vector_index import VectorIndex
 from memstream.index.vectors import StreamVectors
 from memstream.records import Source
 from memstream.store import NewMemory, SQLiteStore, Store, StreamArrays
-from memstream.store._load import WorkerFailed
+from memstream.store._load import WorkerFailed, cores
 from memstream.store.readers import Readers, processes_available, split
 
 T0 = 1_676_275_200.0  # 2023-02-13 08:00 UTC
@@ -253,3 +253,15 @@ def test_what_was_gathered_from_other_texts_is_not_used() -> None:
     for scores, timed in built[:2]:
         assert np.array_equal(scores, built[2][0]) and np.array_equal(timed, built[2][1])
     assert built[2][0][7] > 0 and not built[2][1].any()
+
+
+@needs_processes
+@pytest.mark.parametrize(("count", "setting", "expected"), [
+    (3_999, None, 0), (4_000, None, min(cores(), 2)), (5_999, None, min(cores(), 2)), (6_000, None, min(cores(), 3)),
+    (10**7, None, min(cores(), 8)), (50, 3, 3), (10**6, 1, 0)])
+async def test_how_many_readers_a_load_takes(tmp_path: Path, count: int, setting: int | None, expected: int) -> None:
+    store = await SQLiteStore.open(tmp_path / "n.db", load_processes=setting)
+    try:
+        assert store._load_workers(count) == expected  # (0: read in this process)
+    finally:
+        await store.close()
