@@ -111,15 +111,10 @@ def large_empty(shape: tuple[int, int], *, populate: bool = False, dtype: Any = 
 
 
 class _Populator:
-    """Has the kernel map a matrix's pages (MADV_POPULATE_WRITE, without writing them), ahead of a writer.
+    """Has the kernel map a matrix's pages (MADV_POPULATE_WRITE, without writing them), ahead of its writer."""
 
-    With `written` (a callable giving the rows written so far), it stays at most `lead` rows ahead, so
-    that no more pages are taken than the writer will fill; otherwise it maps the whole matrix.
-    """
-
-    def __init__(self, matrix: npt.NDArray[Any], written: Any = None, lead: int = 65536) -> None:
-        self.matrix, self.written, self.lead = matrix, written, lead
-        self.stop = threading.Event()
+    def __init__(self, matrix: npt.NDArray[Any]) -> None:
+        self.matrix = matrix
 
     def run(self) -> None:
         try:
@@ -129,17 +124,9 @@ class _Populator:
         except (OSError, AttributeError):
             return
         base, total, step = self.matrix.ctypes.data, self.matrix.nbytes, 32 << 20
-        row = max(1, self.matrix.strides[0])
-        done = 0
-        while done < total and not self.stop.is_set():
-            limit = total if self.written is None else min(total, (self.written() + self.lead) * row)
-            if done >= limit:
-                self.stop.wait(0.002)
-                continue
-            size = min(step, limit - done)
-            if madvise(base + done, size, _MADV_POPULATE_WRITE) != 0:
+        for done in range(0, total, step):
+            if madvise(base + done, min(step, total - done), _MADV_POPULATE_WRITE) != 0:
                 return  # an older kernel: the writer takes the page faults itself
-            done += size
 
 
 def select_ready(*, texts: bool = False, sources: bool = False, seek: bool = False) -> str:
@@ -288,8 +275,6 @@ def _pack_strings(values: Sequence[str | None]) -> bytes:
     lengths = np.fromiter((NONE if v is None else len(v) for v in values), np.uint32, len(values))
     joined = "".join(v for v in values if v is not None).encode("utf-8", "surrogatepass")
     return lengths.tobytes() + len(joined).to_bytes(8, "little") + joined
-
-
 
 
 # A reader process's answer is a series of frames: a kind (one byte), the payload's length (8 bytes), the payload.
