@@ -55,12 +55,11 @@ CHUNK = 4096
 _SOURCE_COLUMNS = ", author, author_id, channel, channel_id, message_id, reply_to"
 SOURCE_FIELDS = 6
 NONE = 2**32 - 1  # a missing string's length, between processes
-_MMAP_LIMIT = 1 << 40  # SQLite caps it at its compile-time maximum
 _MADV_POPULATE_WRITE = 23  # Linux 5.14+; not exported by Python 3.11's mmap module
 # The small columns a reader sends back, in this order, after an 8-byte row count.
 COLUMNS = (("ids", np.int64), ("importance", np.float32), ("last", np.float64), ("created", np.float64),
            ("inverse_norms", np.float32))
-WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+READER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 class LoadError(Exception):
@@ -234,23 +233,14 @@ def read_range(connect: Any, stream: str, low: int, high: int, sink: Sink, *, se
         conn.close()
 
 
-def read_only(module: Any, path: str, *, mapped: bool = False) -> Any:
-    """A function opening `path` read-only with the SQLite binding `module`.
-
-    `mapped`: SQLite reads the file's pages through a memory map rather than a read() each, ~10% faster
-    on a long scan (memstream never shrinks the file, the one case in which a map is unsafe). The mapped
-    pages are the page cache's, but they count in the process's resident size: only short-lived worker
-    processes use it, never the persona's own process.
-    """
+def read_only(module: Any, path: str) -> Any:
+    """A function opening `path` read-only with the SQLite binding `module`."""
     from pathlib import Path
 
     uri = Path(path).resolve().as_uri() + "?mode=ro"
 
     def connect() -> Any:
-        conn = module.connect(uri, uri=True, check_same_thread=False)
-        if mapped:
-            conn.execute(f"PRAGMA mmap_size = {_MMAP_LIMIT}")
-        return conn
+        return module.connect(uri, uri=True, check_same_thread=False)
 
     return connect
 

@@ -56,7 +56,7 @@ class _Reader:
         try:
             self.process = subprocess.Popen([sys.executable, "-P", _SCRIPT], stdin=theirs.fileno(),
                                             stdout=subprocess.DEVNULL, stderr=self.errors,
-                                            env={**os.environ, **_load.WORKER_ENV}, start_new_session=True)
+                                            env={**os.environ, **_load.READER_ENV}, start_new_session=True)
         except OSError as exc:
             mine.close()
             self.errors.close()
@@ -163,8 +163,8 @@ class Readers:
                      for reader, fd in zip(readers, fds, strict=True)]
             done = True
             return found
-        except OSError as exc:
-            raise WorkerFailed(f"cannot start a loader process: {exc}") from exc
+        except OSError as exc:  # (no memfd, or a reader's socket closed under us)
+            raise WorkerFailed(f"cannot reach a loader process: {exc}") from exc
         finally:
             for fd in fds:
                 os.close(fd)

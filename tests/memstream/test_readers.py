@@ -3,8 +3,10 @@ readers kept between loads and ended with the store, failures reported or read a
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
+import time
 from pathlib import Path
 
 import numpy as np
@@ -141,42 +143,57 @@ def _rows(n: int, stream: str = "s", dim: int = 6, seed: int = 3) -> list[NewMem
             for i in range(n)]
 
 
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _dead(pid: int) -> None:
+    """Until the process has ended (a zombie, not yet reaped by its parent, counts)."""
+    for _ in range(500):
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return
+        if state in ("Z", "X"):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} did not end")
+
+
 @needs_processes
 async def test_the_readers_are_kept_between_loads_and_end_with_the_store(tmp_path: Path) -> None:
-    store = await SQLiteStore.open(tmp_path / "kept.db", load_processes=2)
-    await store.insert(_rows(600))
-    first = await store.load_stream("s", texts=True)
-    assert store.readers is not None
-    pids = sorted(reader.process.pid for reader in store.readers._idle)
-    second = await store.load_stream("s", texts=True)
-    assert len(pids) == 2 and sorted(reader.process.pid for reader in store.readers._idle) == pids
-    assert first.ids.tolist() == second.ids.tolist() and first.texts == second.texts
-    processes = [reader.process for reader in store.readers._idle]
-    await store.close()
-    assert all(process.poll() is not None for process in processes)  # (close waits for them)
+    async with await SQLiteStore.open(tmp_path / "kept.db", load_processes=2) as store:
+        await store.insert(_rows(600))
+        first = await store.load_stream("s", texts=True)
+        assert store.readers is not None
+        pids = store.readers.pids()
+        second = await store.load_stream("s", texts=True)
+        assert len(pids) == 2 and store.readers.pids() == pids
+        assert first.ids.tolist() == second.ids.tolist() and first.texts == second.texts
+    assert all(map(_gone, pids))  # (closing the store ends them, and waits for them)
 
 
 @needs_processes
 async def test_a_reader_that_died_between_loads_is_replaced(tmp_path: Path) -> None:
-    store = await SQLiteStore.open(tmp_path / "died.db", load_processes=2)
-    try:
+    async with await SQLiteStore.open(tmp_path / "died.db", load_processes=2) as store:
         ids = await store.insert(_rows(500))
         await store.load_stream("s")
         assert store.readers is not None
-        victim = store.readers._idle[0].process
-        os.kill(victim.pid, signal.SIGKILL)
-        victim.wait()
+        victim = store.readers.pids()[0]
+        os.kill(victim, signal.SIGKILL)
+        await asyncio.to_thread(_dead, victim)
         loaded = await store.load_stream("s")
         assert sorted(loaded.ids.tolist()) == ids and len(loaded.blocks()) == 2  # (by readers, not here)
-        assert victim.pid not in [reader.process.pid for reader in store.readers._idle]
-    finally:
-        await store.close()
+        assert victim not in store.readers.pids() and len(store.readers.pids()) == 2
 
 
 @needs_processes
 async def test_after_a_bad_row_the_readers_read_the_repaired_stream(tmp_path: Path) -> None:
-    store = await SQLiteStore.open(tmp_path / "repair.db", load_processes=2)
-    try:
+    async with await SQLiteStore.open(tmp_path / "repair.db", load_processes=2) as store:
         ids = await store.insert(_rows(300, dim=4))
         async with store.transaction():
             await store.conn.execute("UPDATE memories SET embedding = zeroblob(12) WHERE id = ?", (ids[250],))
@@ -185,26 +202,18 @@ async def test_after_a_bad_row_the_readers_read_the_repaired_stream(tmp_path: Pa
         await store.delete([ids[250]])
         loaded = await store.load_stream("s", texts=True, sources=True)
         assert sorted(loaded.ids.tolist()) == ids[:250] + ids[251:]
-    finally:
-        await store.close()
 
 
 @needs_processes
 async def test_each_gets_every_text_in_row_order_as_the_readers_send_them(tmp_path: Path) -> None:
-    store = await SQLiteStore.open(tmp_path / "each.db", load_processes=3)
-    try:
+    async with await SQLiteStore.open(tmp_path / "each.db", load_processes=3) as store:
         await store.insert(_rows(5000))
         chunks: list[list[str]] = []
         loaded = await store.load_stream("s", texts=True, each=chunks.append)
         assert len(chunks) > 3 and [t for chunk in chunks for t in chunk] == loaded.texts
-        none: list[list[str]] = []
-        here = await SQLiteStore.open(tmp_path / "each.db", load_processes=1)
-        try:
-            assert (await here.load_stream("s", texts=True, each=none.append)).texts == loaded.texts and none == []
-        finally:
-            await here.close()
-    finally:
-        await store.close()
+    none: list[list[str]] = []
+    async with await SQLiteStore.open(tmp_path / "each.db", load_processes=1) as here:
+        assert (await here.load_stream("s", texts=True, each=none.append)).texts == loaded.texts and none == []
 
 
 @needs_processes
